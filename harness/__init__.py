@@ -1,0 +1,1 @@
+"""Host-side harness for the xpfo kernel: config, build, guest, tests, benchmarks."""

@@ -1,0 +1,156 @@
+"""Attack tests and how to judge them from the console, per XPFO mode.
+
+Each lkdtm XPFO test plants a value in a user-owned frame and reads it back
+through the frame's direct-map (physmap) alias. Both sides are checked:
+
+* with the protection off, the read must succeed and return exactly the
+  value the user wrote (proof that the test reaches the frame), and nothing
+  may oops;
+* with the protection on, the read must oops with the XPFO message, and the
+  guest must go on to its next step.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from .console import Console
+
+XPFO_OOPS = r"XPFO: kernel access to user-owned frame"
+_WROTE = re.compile(r"(\S+): user wrote (0x[0-9a-f]+)")
+_READ = re.compile(r"(\S+): read (0x[0-9a-f]+) through the physmap alias")
+
+# Which modes protect (the read must be stopped) and which do not.
+PROTECTING_MODES = ("sync",)
+OPEN_MODES = ("off",)
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    what: str
+    min_cpus: int = 1
+
+
+LKDTM_ATTACKS = [
+    Attack("XPFO_READ_USER", "anonymous page"),
+    Attack("XPFO_READ_USER_HUGE", "transparent huge page (tail subpage)"),
+    Attack("XPFO_READ_HUGETLB", "hugetlbfs page"),
+    Attack("XPFO_READ_PAGECACHE", "page cache of a file written with write()"),
+    Attack("XPFO_READ_SHMEM", "shared anonymous (shmem) page"),
+    Attack("XPFO_READ_COW", "copy made by a write fault on a private mapping"),
+    Attack("XPFO_SMP", "alias warmed in another CPU's TLB before the page went to user", 2),
+]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    test: str
+    mode: str
+    passed: bool
+    detail: str
+
+
+def _step(con: Console, name: str):
+    return con.steps.get(name)
+
+
+def judge_read(con: Console, step_name: str, test: str, mode: str) -> Verdict:
+    """Judge one physmap read (lkdtm test or ret2dir demo) in one mode."""
+    st = _step(con, step_name)
+    if st is None:
+        return Verdict(test, mode, False, "step never started (guest died earlier?)")
+    if not st.ended:
+        return Verdict(test, mode, False, "step never finished: the guest did not go on")
+    incidents = con.incidents_in(step_name)
+    wrote = [m.group(2) for m in map(_WROTE.search, st.lines) if m]
+    read = [m.group(2) for m in map(_READ.search, st.lines) if m]
+    if mode in OPEN_MODES:
+        if incidents:
+            return Verdict(test, mode, False,
+                           f"unexpected {incidents[0].kind}: {incidents[0].first_line}")
+        if not wrote or not read:
+            return Verdict(test, mode, False, "the test did not report what it wrote and read")
+        if read[-1] != wrote[-1]:
+            return Verdict(test, mode, False,
+                           f"read {read[-1]} but the user wrote {wrote[-1]}: test broken")
+        return Verdict(test, mode, True, f"attack works: read back {read[-1]}")
+    if mode in PROTECTING_MODES:
+        if not wrote:
+            return Verdict(test, mode, False, "the test did not get as far as planting a value")
+        if read:
+            return Verdict(test, mode, False, f"NOT STOPPED: read {read[-1]} through the alias")
+        xpfo = [i for i in incidents if i.mentions(XPFO_OOPS)]
+        other = [i for i in incidents if not i.mentions(XPFO_OOPS)]
+        if not xpfo:
+            why = f"{incidents[0].kind}: {incidents[0].first_line}" if incidents else "no oops"
+            return Verdict(test, mode, False, f"expected an XPFO oops, got {why}")
+        if other:
+            return Verdict(test, mode, False, f"another {other[0].kind} too: {other[0].first_line}")
+        return Verdict(test, mode, True, "stopped: XPFO oops, guest went on")
+    return Verdict(test, mode, False, f"no expectation defined for mode {mode}")
+
+
+def lkdtm_steps(cpus: int) -> List[str]:
+    return [f"lkdtm:{a.name}" for a in LKDTM_ATTACKS if a.min_cpus <= cpus]
+
+
+def judge_all(con: Console, mode: str, cpus: int) -> List[Verdict]:
+    out = [judge_read(con, f"lkdtm:{a.name}", a.name, mode)
+           for a in LKDTM_ATTACKS if a.min_cpus <= cpus]
+    return out + judge_ret2dir(con, mode)
+
+
+RET2DIR_STEP = "sh:ret2dir"
+RET2DIR_VARIANTS = ("anon", "cow", "shmem", "pagecache")
+
+
+def judge_ret2dir(con: Console, mode: str) -> List[Verdict]:
+    """The end-to-end demo: one verdict per variant, from its RESULT lines."""
+    st = con.steps.get(RET2DIR_STEP)
+    if st is None or not st.ended:
+        return [Verdict("ret2dir", mode, False, "demo did not run to its end")]
+    incidents = con.incidents_in(RET2DIR_STEP)
+    by_variant = {r.get("variant"): r for r in st.results}
+    out = []
+    for v in RET2DIR_VARIANTS:
+        name = f"ret2dir[{v}]"
+        r = by_variant.get(v)
+        if r is None:
+            out.append(Verdict(name, mode, False, "no result"))
+        elif mode in OPEN_MODES:
+            ok = r.get("outcome") == "read" and r.get("read") == r.get("wrote")
+            out.append(Verdict(name, mode, ok, f"read {r.get('read')}, user wrote {r.get('wrote')}"
+                               if r.get("outcome") == "read" else f"outcome {r.get('outcome')}"))
+        elif mode in PROTECTING_MODES:
+            out.append(Verdict(name, mode, r.get("outcome") == "blocked",
+                               f"outcome {r.get('outcome')}"))
+        else:
+            out.append(Verdict(name, mode, False, f"no expectation for mode {mode}"))
+    blocked = sum(1 for r in st.results if r.get("outcome") == "blocked")
+    xpfo = [i for i in incidents if i.mentions(XPFO_OOPS)]
+    other = [i for i in incidents if not i.mentions(XPFO_OOPS)]
+    if other or len(xpfo) != blocked:
+        out.append(Verdict("ret2dir[oopses]", mode, False,
+                           f"{len(xpfo)} XPFO oopses for {blocked} blocked reads, "
+                           f"{len(other)} other incidents"
+                           + (f": {other[0].first_line}" if other else "")))
+    return out
+
+
+def unexpected_incidents(con: Console, allowed_steps: List[str]) -> List[str]:
+    """Incidents outside the steps that declare an expected oops."""
+    return [f"{i.kind} during {i.step or 'boot'}: {i.first_line}"
+            for i in con.incidents if i.step not in allowed_steps]
+
+
+def kunit_summary(con: Console, suite_prefix: str = "xpfo") -> Dict[str, int]:
+    counts = {"pass": 0, "fail": 0, "skip": 0}
+    for case in con.ktap:
+        if case.suite.startswith(suite_prefix):
+            counts[case.status] += 1
+    return counts
+
+
+def first(items: List[Verdict]) -> Optional[Verdict]:
+    return items[0] if items else None

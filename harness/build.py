@@ -1,0 +1,169 @@
+"""Kernel configuration and build: data in, result out."""
+
+import enum
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from . import config, printer
+from .errors import HarnessError
+from .paths import LAYOUT, Layout
+
+BASE_CONFIGS = ["x86_64_defconfig", "kvm_guest.config"]
+# Fixed build identity so that ccache hits survive commits and clones.
+BUILD_ENV = {
+    "KBUILD_BUILD_TIMESTAMP": "2026-01-01 00:00:00 UTC",
+    "KBUILD_BUILD_USER": "xpfo",
+    "KBUILD_BUILD_HOST": "xpfo",
+    "CCACHE_NOHASHDIR": "1",
+}
+# Number of compiler invocations of a clean build of this configuration,
+# used only to show how far a build is (measured; refreshed after each build).
+DEFAULT_TOTAL = 1400
+
+
+class Status(enum.Enum):
+    SUCCESS = "success"
+    CONFIG_FAILURE = "config failure"
+    BUILD_FAILURE = "build failure"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    src: Path
+    obj: Path
+    fragment: Path
+    jobs: int
+    use_ccache: bool = True
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    status: Status
+    elapsed: float
+    kernel: Optional[Path] = None
+    compiled: int = 0
+    message: str = ""
+
+
+def _make(req: BuildRequest, *targets: str) -> List[str]:
+    cmd = ["make", "-C", str(req.src), f"O={req.obj}", f"-j{req.jobs}"]
+    if req.use_ccache and shutil.which("ccache"):
+        cmd.append("CC=ccache gcc")
+    return cmd + list(targets)
+
+
+def _env(req: BuildRequest) -> dict:
+    env = dict(os.environ)
+    env.update(BUILD_ENV)
+    env["CCACHE_BASEDIR"] = str(req.src.parent)
+    return env
+
+
+def config_id(req: BuildRequest) -> str:
+    h = hashlib.sha256(req.fragment.read_bytes())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=req.src,
+                          capture_output=True, text=True, check=False).stdout
+    h.update(head.encode())
+    return h.hexdigest()[:16]
+
+
+def configure(req: BuildRequest) -> BuildResult:
+    """defconfig + kvm_guest.config + our fragment, then verify the fragment."""
+    start = time.monotonic()
+    req.obj.mkdir(parents=True, exist_ok=True)
+    try:
+        frag = config.parse(req.fragment.read_text())
+    except (OSError, config.ConfigParseError) as e:
+        return BuildResult(Status.CONFIG_FAILURE, 0.0, message=f"{req.fragment}: {e}")
+    steps = [
+        _make(req, *BASE_CONFIGS),
+        [str(req.src / "scripts/kconfig/merge_config.sh"), "-m", "-O", str(req.obj),
+         str(req.obj / ".config"), str(req.fragment)],
+        _make(req, "olddefconfig"),
+    ]
+    for cmd in steps:
+        printer.command(cmd)
+        r = subprocess.run(cmd, cwd=req.src, env=_env(req), capture_output=True, text=True)
+        if r.returncode != 0:
+            return BuildResult(Status.CONFIG_FAILURE, time.monotonic() - start,
+                               message=(r.stdout + r.stderr).strip()[-2000:])
+    dot = config.parse((req.obj / ".config").read_text(), strict=False)
+    bad = config.verify(frag, dot)
+    if bad:
+        return BuildResult(
+            Status.CONFIG_FAILURE, time.monotonic() - start,
+            message="these options of the fragment did not take effect after olddefconfig:\n"
+                    + config.describe(bad)
+                    + "\n  (an unmet dependency or a 'select' from another option; see "
+                    f"make -C {req.src} O={req.obj} menuconfig, '/' to search)")
+    return BuildResult(Status.SUCCESS, time.monotonic() - start)
+
+
+_COMPILE = re.compile(r"^\s+(CC|AS)\s")
+_ERROR = re.compile(r"(error:|Error \d|\*\*\*)")
+
+
+def _total_file(req: BuildRequest) -> Path:
+    return req.obj / ".xpfo-compile-count"
+
+
+def build(req: BuildRequest) -> BuildResult:
+    """make bzImage with a progress line; the stamp is written only on success."""
+    stamp = req.obj / ".xpfo-build-ok"
+    stamp.unlink(missing_ok=True)
+    total = DEFAULT_TOTAL
+    tf = _total_file(req)
+    if tf.exists():
+        try:
+            total = max(int(tf.read_text().strip()), 1)
+        except ValueError:
+            pass
+    cmd = _make(req, "bzImage")
+    printer.command(cmd)
+    prog = printer.Progress("build", every=15.0)
+    compiled = 0
+    tail: List[str] = []
+    log = req.obj / "build.log"
+    with open(log, "w") as logf:
+        proc = subprocess.Popen(cmd, cwd=req.src, env=_env(req), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            logf.write(line)
+            if _COMPILE.match(line):
+                compiled += 1
+                pct = min(99, 100 * compiled // total)
+                prog.update(f"{compiled} of ~{total} files compiled, ~{pct}%")
+            if _ERROR.search(line):
+                tail.append(line.rstrip())
+        rc = proc.wait()
+    elapsed = prog.elapsed()
+    kernel = req.obj / "arch/x86/boot/bzImage"
+    if rc != 0 or not kernel.exists():
+        errs = "\n".join(tail[-20:]) or f"make exited with {rc}; see {log}"
+        return BuildResult(Status.BUILD_FAILURE, elapsed, compiled=compiled,
+                           message=f"{errs}\n  full log: {log}")
+    if compiled > total // 2 or not tf.exists():
+        tf.write_text(f"{max(compiled, 1)}\n")
+    stamp.write_text(config_id(req) + "\n")
+    printer.info("build", f"done: {compiled} files compiled in {printer.fmt_elapsed(elapsed)}")
+    return BuildResult(Status.SUCCESS, elapsed, kernel=kernel, compiled=compiled)
+
+
+def is_current(req: BuildRequest) -> bool:
+    stamp = req.obj / ".xpfo-build-ok"
+    return (stamp.exists() and stamp.read_text().strip() == config_id(req)
+            and (req.obj / "arch/x86/boot/bzImage").exists())
+
+
+def request(layout: Layout = LAYOUT, jobs: Optional[int] = None, ccache: bool = True) -> BuildRequest:
+    n = jobs or (os.cpu_count() or 1) + 1
+    return BuildRequest(src=layout.src, obj=layout.obj, fragment=layout.fragment,
+                        jobs=n, use_ccache=ccache)

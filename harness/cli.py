@@ -1,0 +1,269 @@
+"""Command line: each subcommand is one stage or a pipeline of stages."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from . import attacks, build, console, deps, guest, initramfs, printer, qemu, source
+from .errors import HarnessError
+from .paths import LAYOUT
+
+MODES = ("off", "sync")
+
+
+def _write_json(path: Path, data: object) -> None:
+    """Write atomically: a failed run never leaves a half-written result."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def ensure_kernel(args: argparse.Namespace, force_build: bool = False) -> None:
+    """deps -> source -> config -> build -> initramfs, each skipped when current."""
+    deps.ensure(quiet=True)
+    source.prepare(LAYOUT)
+    req = build.request(LAYOUT, jobs=getattr(args, "jobs", None))
+    if force_build or not build.is_current(req):
+        r = build.configure(req)
+        if r.status is not build.Status.SUCCESS:
+            raise HarnessError(f"kernel config failed: {r.message}")
+        r = build.build(req)
+        if r.status is not build.Status.SUCCESS:
+            raise HarnessError(f"kernel build failed:\n{r.message}",
+                               "fix the series in build/src, then ./xpfo build")
+    initramfs.build(LAYOUT)
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    deps.ensure()
+    return 0
+
+
+def cmd_source(args: argparse.Namespace) -> int:
+    deps.ensure(quiet=True)
+    src = source.prepare(LAYOUT, force=args.force)
+    printer.info("source", f"kernel tree ready: {src} (edit, commit, then ./xpfo export)")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    source.export(LAYOUT)
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    source.prepare(LAYOUT)
+    r = build.configure(build.request(LAYOUT, jobs=args.jobs))
+    if r.status is not build.Status.SUCCESS:
+        raise HarnessError(f"kernel config failed: {r.message}")
+    printer.info("config", f"{LAYOUT.obj / '.config'}: every fragment option took effect")
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    ensure_kernel(args, force_build=True)
+    printer.info("build", f"kernel {LAYOUT.bzimage}, initramfs {LAYOUT.initramfs}")
+    return 0
+
+
+def _params(args: argparse.Namespace) -> List[str]:
+    params = list(args.param or [])
+    if getattr(args, "mode", None):
+        params.insert(0, f"xpfo={args.mode}")
+    return params
+
+
+def cmd_boot(args: argparse.Namespace) -> int:
+    ensure_kernel(args)
+    req = guest.GuestRequest(steps=args.steps, cpus=args.cpus, mem_mb=args.mem,
+                             params=_params(args), timeout=args.timeout, disk=True,
+                             label="boot")
+    m = guest.machine(req)
+    if args.dry_run:
+        printer.command(m.qemu_args(interactive=not args.steps))
+        return 0
+    if not args.steps:
+        return qemu.interactive(m)
+    r = guest.run(req, echo=True)
+    return 0 if r.outcome is qemu.Outcome.POWERED_OFF and not r.console.incidents else 1
+
+
+def attack_steps(cpus: int) -> List[str]:
+    return ["info", "disk", *attacks.lkdtm_steps(cpus), attacks.RET2DIR_STEP, "vmstat"]
+
+
+def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True) -> dict:
+    params = [f"xpfo={mode}", "hugepages=4"]
+    if kunit:
+        params += ["kunit.enable=1", "kunit.filter_glob=xpfo*"]
+    req = guest.GuestRequest(steps=attack_steps(cpus), cpus=cpus, mem_mb=1024,
+                             params=params, timeout=timeout, disk=True,
+                             label=f"attacks-{mode}")
+    r = guest.run(req)
+    con = r.console
+    verdicts = attacks.judge_all(con, mode, cpus)
+    allowed = [f"lkdtm:{a.name}" for a in attacks.LKDTM_ATTACKS] + [attacks.RET2DIR_STEP]
+    stray = attacks.unexpected_incidents(con, allowed)
+    info = next(iter(con.steps.get("info").results), {}) if "info" in con.steps else {}
+    return {
+        "mode": mode, "cpus": cpus, "outcome": r.outcome.value, "log": str(r.log),
+        "info": info,
+        "verdicts": [v.__dict__ for v in verdicts],
+        "stray_incidents": stray,
+        "kunit": attacks.kunit_summary(con) if kunit else {},
+        "kunit_cases": [c.__dict__ for c in con.ktap if c.suite.startswith("xpfo")],
+        "passed": (r.outcome is qemu.Outcome.POWERED_OFF and not stray
+                   and all(v.passed for v in verdicts)),
+    }
+
+
+def print_attack_table(results: Sequence[dict]) -> None:
+    printer.raw("")
+    printer.raw("| test | " + " | ".join(f"xpfo={r['mode']}" for r in results) + " |")
+    printer.raw("|---|" + "---|" * len(results))
+    names: List[str] = []
+    for r in results:
+        for v in r["verdicts"]:
+            if v["test"] not in names:
+                names.append(v["test"])
+    for n in names:
+        cells = []
+        for r in results:
+            v = next((v for v in r["verdicts"] if v["test"] == n), None)
+            cells.append("-" if v is None else
+                         f"{'PASS' if v['passed'] else 'FAIL'}: {v['detail']}")
+        printer.raw(f"| {n} | " + " | ".join(cells) + " |")
+    for r in results:
+        k = r.get("kunit") or {}
+        if k:
+            printer.raw(f"KUnit xpfo suite, xpfo={r['mode']}: {k['pass']} passed, "
+                        f"{k['fail']} failed, {k['skip']} skipped")
+        for s in r["stray_incidents"]:
+            printer.raw(f"FAIL xpfo={r['mode']}: {s}")
+        if r["outcome"] != qemu.Outcome.POWERED_OFF.value:
+            printer.raw(f"FAIL xpfo={r['mode']}: guest {r['outcome']} (log {r['log']})")
+    printer.raw("")
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    ensure_kernel(args)
+    results = [run_attacks(mode, args.cpus, args.timeout) for mode in args.modes]
+    print_attack_table(results)
+    ok = all(r["passed"] for r in results)
+    for r in results:
+        k = r.get("kunit") or {}
+        if r["mode"] in attacks.PROTECTING_MODES and (k.get("fail", 1) or not k.get("pass")):
+            ok = False
+            printer.raw(f"FAIL: KUnit xpfo suite in xpfo={r['mode']}: {k}")
+    _write_json(LAYOUT.out / "test-results.json", {"results": results, "passed": ok})
+    printer.info("test", "all passed" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    try:
+        text = Path(args.log).read_text(errors="replace")
+    except OSError as e:
+        raise HarnessError(f"cannot read {args.log}: {e}") from None
+    con = console.parse(text.splitlines())
+    for name in con.order:
+        st = con.steps[name]
+        state = f"exit {st.exit_status}" if st.ended else "did not finish"
+        printer.raw(f"step {name}: {state}, {len(st.results)} results")
+        for res in st.results:
+            printer.raw(f"  RESULT {json.dumps(res, sort_keys=True)}")
+    for inc in con.incidents:
+        printer.raw(f"incident {inc.kind} during {inc.step or 'boot'}: {inc.first_line}")
+    for case in con.ktap:
+        printer.raw(f"ktap {case.suite}.{case.name}: {case.status}")
+    printer.raw(f"runner finished: {'yes' if con.done else 'no'}")
+    if args.mode:
+        for v in attacks.judge_all(con, args.mode, args.cpus):
+            printer.raw(f"{'PASS' if v.passed else 'FAIL'} {v.test} ({v.mode}): {v.detail}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    cmd = [sys.executable, "-m", "pytest", "-v", "-rs", str(LAYOUT.root / "tests"), *args.pytest_args]
+    printer.command(cmd)
+    return subprocess.call(cmd, cwd=LAYOUT.root)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="xpfo", description="Build, boot, test and measure "
+                                "the xpfo kernel (Linux 6.12 + the series in kernel/patches).")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def add(name: str, fn, help: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        sp.set_defaults(func=fn)
+        return sp
+
+    def positive(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"must be at least 1: {n}")
+        return n
+
+    def guest_opts(sp: argparse.ArgumentParser, cpus: int = 2) -> None:
+        sp.add_argument("--cpus", type=positive, default=cpus, help="vCPUs (-smp)")
+        sp.add_argument("--mem", type=positive, default=1024, help="guest memory, MiB")
+        sp.add_argument("--timeout", type=positive, default=600, help="guest deadline, seconds")
+        sp.add_argument("--jobs", type=positive, default=None, help="make -j")
+
+    add("setup", cmd_setup, "install the Debian packages the project needs")
+    sp = add("source", cmd_source, "create build/src: a git tree of the base + the series")
+    sp.add_argument("--force", action="store_true", help="drop local commits in build/src")
+    add("export", cmd_export, "write build/src's commits back to kernel/patches")
+    sp = add("config", cmd_config, "generate and verify the kernel .config")
+    sp.add_argument("--jobs", type=positive, default=None)
+    sp = add("build", cmd_build, "build the kernel and the initramfs")
+    sp.add_argument("--jobs", type=positive, default=None, help="make -j")
+    sp = add("boot", cmd_boot, "boot the kernel; a shell on the console, or run steps")
+    guest_opts(sp)
+    sp.add_argument("--mode", choices=MODES, help="xpfo= boot parameter")
+    sp.add_argument("--param", action="append", help="extra kernel parameter (repeatable)")
+    sp.add_argument("--dry-run", action="store_true", help="print the QEMU command only")
+    sp.add_argument("steps", nargs="*", help="guest steps, e.g. info lkdtm:XPFO_READ_USER")
+    sp = add("test", cmd_test, "attack tests (both sides), KUnit, in every mode")
+    guest_opts(sp)
+    sp.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    sp = add("parse", cmd_parse, "re-parse a saved console log")
+    sp.add_argument("log")
+    sp.add_argument("--mode", choices=MODES, help="also judge the attack tests for this mode")
+    sp.add_argument("--cpus", type=positive, default=2)
+    sp = add("check", cmd_check, "run the project's test suite (pytest)")
+    sp.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except HarnessError as e:
+        printer.error(str(e))
+        return 2
+    except KeyboardInterrupt:
+        printer.error("interrupted")
+        return 130
+    except OSError as e:
+        if e.errno == 28:
+            printer.error(f"disk full: {e}. Free space (df -h), then run the command again; "
+                          "outputs of the failed step were not marked good")
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The kernel source: Debian's linux-source base plus the series, as a git tree."""
+
+import hashlib
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from . import printer
+from .errors import HarnessError
+from .paths import LAYOUT, Layout
+
+BASE_TAG = "xpfo-base"
+STAMP = ".git/xpfo-series"
+GIT_ID = ["-c", "user.name=xpfo harness", "-c", "user.email=xpfo@localhost",
+          "-c", "commit.gpgsign=false"]
+
+
+@dataclass(frozen=True)
+class Base:
+    package: str
+    version: str
+    tarball: Path
+
+
+def read_base(layout: Layout = LAYOUT) -> Base:
+    kv: Dict[str, str] = {}
+    for line in layout.base_file.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            k, v = line.split("=", 1)
+            kv[k.strip()] = v.strip()
+    try:
+        return Base(kv["package"], kv["version"], Path(kv["tarball"]))
+    except KeyError as e:
+        raise HarnessError(f"{layout.base_file}: missing key {e}") from None
+
+
+def installed_version(package: str) -> Optional[str]:
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package],
+                             capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def check_base(base: Base) -> None:
+    """Fail if the base is missing; warn if it is not the version we checked."""
+    have = installed_version(base.package)
+    if not base.tarball.exists():
+        raise HarnessError(
+            f"kernel source {base.tarball} is missing ({base.package} not installed)",
+            f"run ./xpfo setup (installs {base.package}), or apt-get install {base.package}")
+    if have != base.version:
+        printer.warn(
+            f"{base.package} installed is {have or 'unknown'}, the series was last "
+            f"checked against {base.version}: patches may not apply; if they do, "
+            f"update kernel/BASE")
+
+
+def patch_files(layout: Layout = LAYOUT) -> List[Path]:
+    if not layout.patches.is_dir():
+        return []
+    return sorted(p for p in layout.patches.glob("*.patch")
+                  if not p.name.startswith("0000-"))
+
+
+def series_id(base: Base, patches: List[Path]) -> str:
+    h = hashlib.sha256(base.version.encode())
+    for p in patches:
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _git(src: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *GIT_ID, *args], cwd=src, capture_output=True,
+                          text=True, check=check)
+
+
+_HUNK = re.compile(r"^(error: patch failed: .*|error: .*: patch does not apply|"
+                   r"error: .*does not exist in index|Patch failed at .*)$", re.M)
+
+
+def describe_am_failure(patch: Path, output: str) -> str:
+    """One message naming the patch and the failing hunk(s) from git am."""
+    hunks = _HUNK.findall(output)
+    detail = "\n".join(f"  {h}" for h in hunks) if hunks else output.strip()[-800:]
+    return f"patch {patch.name} does not apply:\n{detail}"
+
+
+def _extract_base(base: Base, src: Path) -> None:
+    tmp = src.with_name(src.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    printer.info("source", f"extracting {base.tarball}")
+    cmd = ["tar", "-xf", str(base.tarball), "-C", str(tmp), "--strip-components=1"]
+    printer.command(cmd)
+    if subprocess.run(cmd).returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise HarnessError(f"could not extract {base.tarball}", "check free disk space (df -h)")
+    printer.info("source", "committing the base to git (about a minute)")
+    for args in (["init", "-q", "-b", "master"], ["add", "-A", "-f"],
+                 ["commit", "-q", "-m", f"{base.package} {base.version}"],
+                 ["tag", BASE_TAG]):
+        # Debian's top-level .gitignore ignores everything ("/*"): force-add
+        r = _git(tmp, *args, check=False)
+        if r.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise HarnessError(f"git {' '.join(args)} failed in the base tree: {r.stderr.strip()}",
+                               "check free disk space (df -h)")
+    shutil.rmtree(src, ignore_errors=True)
+    tmp.rename(src)
+
+
+def _tree_is_clean(src: Path) -> bool:
+    return _git(src, "status", "--porcelain", "--untracked-files=no").stdout.strip() == ""
+
+
+def prepare(layout: Layout = LAYOUT, force: bool = False) -> Path:
+    """Make build/src a git tree of base + series; reuse it when up to date."""
+    base = read_base(layout)
+    check_base(base)
+    patches = patch_files(layout)
+    want = series_id(base, patches)
+    src = layout.src
+    stamp = src / STAMP
+    if stamp.exists() and stamp.read_text().strip() == want:
+        return src
+    if (src / ".git").is_dir():
+        r = _git(src, "rev-parse", "HEAD", check=False)
+        applied = (src / ".git" / "xpfo-head").read_text().strip() \
+            if (src / ".git" / "xpfo-head").exists() else ""
+        if not force and (not _tree_is_clean(src) or
+                          (applied and r.stdout.strip() != applied)):
+            raise HarnessError(
+                f"{src} has commits or changes that are not in kernel/patches",
+                "run ./xpfo export to save them as patches, or ./xpfo source --force to drop them")
+        desc = _git(src, "describe", "--tags", "--exact-match", BASE_TAG, check=False)
+        if desc.returncode != 0:
+            _extract_base(base, src)
+    else:
+        _extract_base(base, src)
+    stamp.unlink(missing_ok=True)
+    _git(src, "am", "--abort", check=False)
+    _git(src, "checkout", "-q", "-f", "master")
+    _git(src, "reset", "-q", "--hard", BASE_TAG)
+    for p in patches:
+        r = _git(src, "am", "-q", "--whitespace=nowarn", str(p), check=False)
+        if r.returncode != 0:
+            msg = describe_am_failure(p, r.stdout + r.stderr)
+            _git(src, "am", "--abort", check=False)
+            _git(src, "reset", "-q", "--hard", BASE_TAG)
+            raise HarnessError(msg, f"rebase the series on {base.version} in {src} "
+                               f"(git am -3), then ./xpfo export")
+    printer.info("source", f"{src}: {base.package} {base.version} + {len(patches)} patches")
+    head = _git(src, "rev-parse", "HEAD").stdout.strip()
+    (src / ".git" / "xpfo-head").write_text(head + "\n")
+    stamp.write_text(want + "\n")
+    return src
+
+
+def export(layout: Layout = LAYOUT) -> List[Path]:
+    """Write the commits on top of the base back to kernel/patches."""
+    src = layout.src
+    if not (src / ".git").is_dir():
+        raise HarnessError(f"no kernel tree at {src}", "run ./xpfo source first")
+    if not _tree_is_clean(src):
+        raise HarnessError(f"{src} has uncommitted changes", "commit them in the tree first")
+    tmp = layout.patches.with_name("patches.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    r = _git(src, "format-patch", "-q", "--no-signature", "--zero-commit",
+             "--base", BASE_TAG, "-o", str(tmp), f"{BASE_TAG}..HEAD", check=False)
+    if r.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise HarnessError(f"git format-patch failed: {r.stderr.strip()}")
+    old = layout.patches.with_name("patches.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if layout.patches.exists():
+        layout.patches.rename(old)
+    tmp.rename(layout.patches)
+    shutil.rmtree(old, ignore_errors=True)
+    new = patch_files(layout)
+    base = read_base(layout)
+    (src / STAMP).write_text(series_id(base, new) + "\n")
+    head = _git(src, "rev-parse", "HEAD").stdout.strip()
+    (src / ".git" / "xpfo-head").write_text(head + "\n")
+    printer.info("export", f"wrote {len(new)} patches to {layout.patches}")
+    return new
