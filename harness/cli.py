@@ -3,13 +3,14 @@
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from . import attacks, build, console, deps, guest, initramfs, printer, qemu, source
+from . import attacks, bench, build, console, deps, guest, initramfs, printer, qemu, report, source
 from .errors import HarnessError
 from .paths import LAYOUT
 
@@ -166,6 +167,104 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def run_stress(mode: str, cpus: int, seconds: int, mem_mb: int) -> dict:
+    req = guest.GuestRequest(steps=["info", "disk", f"stress:{seconds}"], cpus=cpus,
+                             mem_mb=mem_mb, params=[f"xpfo={mode}"],
+                             timeout=seconds * 3 + 300, disk=True, label=f"stress-{mode}")
+    r = guest.run(req)
+    con = r.console
+    step = con.steps.get(f"stress:{seconds}")
+    results = step.results if step else []
+    total = next((x for x in results if x.get("worker") == "all"), {})
+    incidents = [f"{i.kind} during {i.step or 'boot'}: {i.first_line}" for i in con.incidents]
+    return {
+        "mode": mode, "cpus": cpus, "seconds": seconds, "mem_mb": mem_mb,
+        "outcome": r.outcome.value, "log": str(r.log), "workers": results,
+        "counters": next((x.get("counters") for x in results if "counters" in x), {}),
+        "incidents": incidents,
+        "passed": (r.outcome is qemu.Outcome.POWERED_OFF and not incidents
+                   and total.get("status") == "pass"),
+    }
+
+
+def cmd_stress(args: argparse.Namespace) -> int:
+    ensure_kernel(args)
+    res = run_stress(args.mode, args.cpus, args.seconds, args.mem)
+    for w in res["workers"]:
+        if "worker" in w:
+            printer.raw(f"  {w['worker']:10} {w.get('status', '?'):5} "
+                        f"iterations={w.get('iterations', '-')}")
+    for inc in res["incidents"]:
+        printer.raw(f"FAIL: {inc}")
+    printer.raw(f"counters: {json.dumps(res['counters'], sort_keys=True)}")
+    res["command"] = (f"./xpfo stress --mode {args.mode} --cpus {args.cpus} "
+                      f"--seconds {args.seconds} --mem {args.mem}")
+    res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    _write_json(LAYOUT.out / f"stress-{args.mode}.json", res)
+    printer.info("stress", f"{'passed' if res['passed'] else 'FAILED'}: {res['outcome']}, "
+                 f"log {res['log']}")
+    return 0 if res["passed"] else 1
+
+
+def series_commit() -> str:
+    r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=LAYOUT.src, capture_output=True,
+                       text=True)
+    return r.stdout.strip() or "unknown"
+
+
+def run_bench(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: bool,
+              outdir: Path, command: str) -> bench.BenchData:
+    req = bench.BenchRequest(modes=modes, cpus=cpus, rounds=rounds,
+                             workloads=bench.QUICK if quick else bench.FULL)
+    kernel = LAYOUT.bzimage
+    data = bench.run(req, meta={"command": command, "series_commit": series_commit(),
+                                "kernel": "6.12 + kernel/patches", "quick": quick,
+                                "kernel_image": str(kernel)})
+    tmp = outdir.with_name(outdir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _write_json(tmp / "results.json", {"meta": data.meta, "samples": data.samples,
+                                       "failures": data.failures})
+    text = report.tables(data)
+    (tmp / "results.md").write_text(f"Command: `{command}`\n\n{text}\n")
+    report.plots(data, tmp)
+    shutil.rmtree(outdir, ignore_errors=True)
+    tmp.rename(outdir)
+    printer.raw(text)
+    printer.info("bench", f"results, tables and plots in {outdir}")
+    return data
+
+
+def _bench_command(args: argparse.Namespace) -> str:
+    parts = ["./xpfo bench", "--modes", *args.modes, "--cpus", *map(str, args.cpus),
+             "--rounds", str(args.rounds)]
+    if args.quick:
+        parts.append("--quick")
+    return " ".join(parts)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    ensure_kernel(args)
+    outdir = Path(args.out) if args.out else LAYOUT.out / "bench"
+    data = run_bench(args.modes, args.cpus, args.rounds, args.quick, outdir,
+                     _bench_command(args))
+    return 1 if data.failures else 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job: build, attack demo on both sides, a quick benchmark."""
+    ensure_kernel(args)
+    printer.info("demo", "attack tests: the same kernel with xpfo=off, then xpfo=sync")
+    results = [run_attacks(mode, 2, 900) for mode in MODES]
+    print_attack_table(results)
+    printer.info("demo", "quick side-by-side benchmark (off vs sync)")
+    data = run_bench(list(MODES), [1, 2], 2, True, LAYOUT.out / "bench-quick",
+                     "./xpfo bench --quick --modes off sync --cpus 1 2 --rounds 2")
+    ok = all(r["passed"] for r in results) and not data.failures
+    printer.info("demo", "done" if ok else "FAILED (see above)")
+    return 0 if ok else 1
+
+
 def cmd_parse(args: argparse.Namespace) -> int:
     try:
         text = Path(args.log).read_text(errors="replace")
@@ -238,6 +337,19 @@ def parser() -> argparse.ArgumentParser:
     sp = add("test", cmd_test, "attack tests (both sides), KUnit, in every mode")
     guest_opts(sp)
     sp.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    sp = add("stress", cmd_stress, "stress the kernel in one mode (fork, THP, reclaim, ...)")
+    guest_opts(sp, cpus=4)
+    sp.add_argument("--mode", choices=MODES, default="sync")
+    sp.add_argument("--seconds", type=positive, default=300)
+    sp = add("bench", cmd_bench, "side-by-side benchmark of the modes, tables and plots")
+    sp.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    sp.add_argument("--cpus", nargs="+", type=positive, default=[1, 2, 4])
+    sp.add_argument("--rounds", type=positive, default=3)
+    sp.add_argument("--quick", action="store_true", help="small sizes")
+    sp.add_argument("--out", help="output directory (default out/bench)")
+    sp.add_argument("--jobs", type=positive, default=None)
+    sp = add("demo", cmd_demo, "the main job: build, attack demo, quick benchmark")
+    sp.add_argument("--jobs", type=positive, default=None)
     sp = add("parse", cmd_parse, "re-parse a saved console log")
     sp.add_argument("log")
     sp.add_argument("--mode", choices=MODES, help="also judge the attack tests for this mode")

@@ -90,10 +90,10 @@ class Console:
         return [i for i in self.incidents if i.step == step]
 
 
-_RESULT = re.compile(r"RESULT (\{.*\})\s*$")
+_RESULT = re.compile(r"RESULT (.*?)\s*$")
 _BEGIN = re.compile(r"^XH-STEP-BEGIN (\S+)")
 _END = re.compile(r"^XH-STEP-END (\S+) (-?\d+)")
-_KTAP_SUITE = re.compile(r"^# Subtest: (\S+)")
+_KTAP_SUITE = re.compile(r"^\s*# Subtest: (\S+)")
 _KTAP_CASE = re.compile(r"^(\s+)(not ok|ok) \d+ (\S+)(?:\s+#\s*(SKIP|TODO).*)?$")
 
 
@@ -110,11 +110,13 @@ class Parser:
         c = self.console
         line = strip(raw)
         c.lines.append(line)
+        ended = False
         if self._incident is not None:
             self._incident.lines.append(line)
             if _END_TRACE.search(line) or len(self._incident.lines) >= _TRACE_MAX:
                 self._incident = None
-        for kind, rx in INCIDENT_PATTERNS:
+                ended = True
+        for kind, rx in INCIDENT_PATTERNS if not ended else ():
             if rx.search(line) and not line.startswith("RESULT "):
                 if self._incident is None or kind in ("panic",):
                     inc = Incident(kind, line, self._current, [line])

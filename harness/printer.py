@@ -3,22 +3,19 @@
 import shlex
 import sys
 import time
-from typing import Sequence, TextIO
-
-_out: TextIO = sys.stdout
-_err: TextIO = sys.stderr
+from typing import Sequence
 
 
 def info(stage: str, msg: str) -> None:
-    print(f"[{stage}] {msg}", file=_out, flush=True)
+    print(f"[{stage}] {msg}", file=sys.stdout, flush=True)
 
 
 def warn(msg: str) -> None:
-    print(f"warning: {msg}", file=_err, flush=True)
+    print(f"warning: {msg}", file=sys.stderr, flush=True)
 
 
 def error(msg: str) -> None:
-    print(f"error: {msg}", file=_err, flush=True)
+    print(f"error: {msg}", file=sys.stderr, flush=True)
 
 
 def command(cmd: Sequence[str], cwd: str | None = None) -> None:
@@ -26,11 +23,11 @@ def command(cmd: Sequence[str], cwd: str | None = None) -> None:
     text = shlex.join(str(c) for c in cmd)
     if cwd:
         text = f"(cd {shlex.quote(cwd)} && {text})"
-    print(f"$ {text}", file=_out, flush=True)
+    print(f"$ {text}", file=sys.stdout, flush=True)
 
 
 def raw(text: str) -> None:
-    print(text, file=_out, flush=True)
+    print(text, file=sys.stdout, flush=True)
 
 
 def fmt_elapsed(seconds: float) -> str:

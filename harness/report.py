@@ -1,0 +1,167 @@
+"""Benchmark reports: Markdown tables and PNG plots, from BenchData only."""
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from . import stats
+
+COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
+            ("xpfo_flush_ipi_sent", "IPIs sent"), ("xpfo_flush_ipi_received", "IPIs recv"),
+            ("xpfo_kmap", "kmaps")]
+
+
+def _index(samples: List[dict]) -> Dict[Tuple[str, int, str], Dict[int, dict]]:
+    idx: Dict[Tuple[str, int, str], Dict[int, dict]] = defaultdict(dict)
+    for s in samples:
+        idx[(s["workload"], s["cpus"], s["mode"])][s["round"]] = s
+    return idx
+
+
+def _fmt(x: float) -> str:
+    if x >= 1000:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def ratio_summary(idx, workload: str, cpus: int, mode: str,
+                  base: str = "off") -> Optional[stats.Summary]:
+    cell, ref = idx.get((workload, cpus, mode)), idx.get((workload, cpus, base))
+    if not cell or not ref:
+        return None
+    better = next(iter(cell.values()))["better"]
+    return stats.summarize(stats.paired_ratios(
+        {r: s["value"] for r, s in cell.items()}, {r: s["value"] for r, s in ref.items()},
+        better))
+
+
+def tables(data) -> str:
+    samples, failures, meta = data.samples, data.failures, data.meta
+    idx = _index(samples)
+    modes: List[str] = list(meta.get("modes", []))
+    workloads: List[str] = []
+    for s in samples + failures:
+        if s["workload"] not in workloads:
+            workloads.append(s["workload"])
+    failed = {(f["workload"], f["cpus"], f["mode"]): f["reason"] for f in failures}
+    out: List[str] = []
+    for cpus in meta.get("cpus", []):
+        out.append(f"### {cpus} vCPU{'s' if cpus > 1 else ''}\n")
+        out.append("Median [min–max] over rounds; overhead = paired ratio to `off` per "
+                   "round (>1 is slower), median [min–max].\n")
+        head = "| workload | unit | " + " | ".join(f"xpfo={m}" for m in modes)
+        head += " | " + " | ".join(f"{m}/off" for m in modes if m != "off") + " |"
+        out.append(head)
+        out.append("|---|---|" + "---|" * (len(modes) + len([m for m in modes if m != "off"])))
+        for w in workloads:
+            cells, unit = [], ""
+            for m in modes:
+                cell = idx.get((w, cpus, m))
+                if cell:
+                    vals = [s["value"] for s in cell.values()]
+                    unit = next(iter(cell.values()))["unit"]
+                    sm = stats.summarize(vals)
+                    txt = f"{_fmt(sm.median)} [{_fmt(sm.lo)}–{_fmt(sm.hi)}]"
+                    if (w, cpus, m) in failed:
+                        txt += " (some rounds failed)"
+                    cells.append(txt)
+                else:
+                    cells.append(f"FAILED: {failed.get((w, cpus, m), 'no samples')}")
+            for m in modes:
+                if m == "off":
+                    continue
+                r = ratio_summary(idx, w, cpus, m)
+                cells.append(f"{r.median:.2f}x [{r.lo:.2f}–{r.hi:.2f}]" if r else "n/a")
+            out.append(f"| {w} | {unit} | " + " | ".join(cells) + " |")
+        out.append("")
+        out.append("Kernel events per 1000 user pages the workload allocated (median over "
+                   "rounds):\n")
+        out.append("| workload | mode | " + " | ".join(n for _, n in COUNTERS) + " |")
+        out.append("|---|---|" + "---|" * len(COUNTERS))
+        for w in workloads:
+            for m in modes:
+                cell = idx.get((w, cpus, m))
+                if not cell or not next(iter(cell.values()))["user_pages"]:
+                    continue
+                row = []
+                for key, _ in COUNTERS:
+                    vals = [stats.per_thousand(s["counters"].get(key, 0), s["user_pages"])
+                            for s in cell.values()]
+                    sm = stats.summarize([v for v in vals if v is not None])
+                    row.append(_fmt(sm.median) if sm else "-")
+                out.append(f"| {w} | {m} | " + " | ".join(row) + " |")
+        out.append("")
+    if failures:
+        out.append("Failed cells (not averaged into anything):\n")
+        for f in failures:
+            out.append(f"- {f['workload']}, xpfo={f['mode']}, {f['cpus']} vCPUs, round "
+                       f"{f['round'] + 1}: {f['reason']}")
+        out.append("")
+    return "\n".join(out)
+
+
+def plots(data, outdir: Path) -> List[Path]:
+    """overhead.png: ratio to off vs vCPUs; ipis.png: flush IPIs per 1000 pages."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    idx = _index(data.samples)
+    modes = [m for m in data.meta.get("modes", []) if m != "off"]
+    cpus_list = list(data.meta.get("cpus", []))
+    workloads = sorted({s["workload"] for s in data.samples})
+    written: List[Path] = []
+    if modes and workloads:
+        cols = 3
+        rows = (len(workloads) + cols - 1) // cols
+        fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+        for ax, w in zip(axes.flat, workloads):
+            for m in modes:
+                xs, ys = [], []
+                for c in cpus_list:
+                    r = ratio_summary(idx, w, c, m)
+                    if r:
+                        xs.append(c)
+                        ys.append(r.median)
+                if xs:
+                    ax.plot(xs, ys, marker="o", label=f"xpfo={m}")
+            ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.set_title(w)
+            ax.set_xlabel("vCPUs")
+            ax.set_ylabel("overhead vs off")
+            ax.set_xticks(cpus_list)
+            ax.legend(fontsize=7)
+        for ax in list(axes.flat)[len(workloads):]:
+            ax.axis("off")
+        fig.tight_layout()
+        p = outdir / "overhead.png"
+        fig.savefig(p, dpi=90)
+        plt.close(fig)
+        written.append(p)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    all_modes = list(data.meta.get("modes", []))
+    width = 0.8 / max(len(all_modes), 1)
+    paged = [w for w in workloads
+             if any(s["user_pages"] for s in data.samples if s["workload"] == w)]
+    for i, m in enumerate(all_modes):
+        ys = []
+        for w in paged:
+            vals = [stats.per_thousand(s["counters"].get("xpfo_flush_ipi_sent", 0), s["user_pages"])
+                    for s in data.samples if s["workload"] == w and s["mode"] == m
+                    and s["cpus"] == max(cpus_list)]
+            sm = stats.summarize([v for v in vals if v is not None])
+            ys.append(sm.median if sm else 0)
+        ax.bar([j + i * width for j in range(len(paged))], ys, width, label=f"xpfo={m}")
+    ax.set_xticks([j + width * (len(all_modes) - 1) / 2 for j in range(len(paged))])
+    ax.set_xticklabels(paged)
+    ax.set_ylabel(f"flush IPIs sent per 1000 user pages ({max(cpus_list)} vCPUs)")
+    ax.legend()
+    fig.tight_layout()
+    p = outdir / "ipis.png"
+    fig.savefig(p, dpi=90)
+    plt.close(fig)
+    written.append(p)
+    return written

@@ -1,0 +1,76 @@
+"""Both sides of an attack test: the judge must be able to fail."""
+
+from harness import attacks, console
+from conftest import DATA
+
+STEP = "lkdtm:XPFO_READ_USER"
+
+
+def _con(name: str) -> console.Console:
+    return console.parse((DATA / name).read_text().splitlines())
+
+
+def test_off_side_passes_only_when_the_user_value_is_read_back():
+    v = attacks.judge_read(_con("xpfo_off.log"), STEP, "XPFO_READ_USER", "off")
+    assert v.passed, v.detail
+    text = (DATA / "xpfo_off.log").read_text().replace(
+        "read 0x5846504f1a2b3c4d", "read 0x0000000000000000")
+    v = attacks.judge_read(console.parse(text.splitlines()), STEP, "XPFO_READ_USER", "off")
+    assert not v.passed and "test broken" in v.detail
+
+
+def test_sync_side_passes_only_with_the_xpfo_oops():
+    v = attacks.judge_read(_con("xpfo_sync.log"), STEP, "XPFO_READ_USER", "sync")
+    assert v.passed, v.detail
+    # an oops that is not XPFO's does not count
+    text = (DATA / "xpfo_sync.log").read_text().replace("XPFO: kernel access", "something")
+    v = attacks.judge_read(console.parse(text.splitlines()), STEP, "XPFO_READ_USER", "sync")
+    assert not v.passed and "expected an XPFO oops" in v.detail
+
+
+def test_protected_mode_fails_when_the_read_succeeds():
+    v = attacks.judge_read(_con("xpfo_off.log"), STEP, "XPFO_READ_USER", "sync")
+    assert not v.passed and "NOT STOPPED" in v.detail
+
+
+def test_open_mode_fails_on_any_oops():
+    v = attacks.judge_read(_con("xpfo_sync.log"), STEP, "XPFO_READ_USER", "off")
+    assert not v.passed and "unexpected" in v.detail
+
+
+def test_guest_that_did_not_go_on_fails():
+    lines = (DATA / "xpfo_sync.log").read_text().splitlines()
+    cut = [x for x in lines if not x.startswith("XH-STEP-END")]
+    v = attacks.judge_read(console.parse(cut), STEP, "XPFO_READ_USER", "sync")
+    assert not v.passed and "did not go on" in v.detail
+    v = attacks.judge_read(console.parse([]), STEP, "XPFO_READ_USER", "sync")
+    assert not v.passed
+
+
+def _ret2dir(outcomes, oopses):
+    lines = ["XH-STEP-BEGIN sh:ret2dir"]
+    for v, (outcome, value) in zip(attacks.RET2DIR_VARIANTS, outcomes):
+        lines.append('RESULT {"variant": "%s", "outcome": "%s", "wrote": "0x1", "read": "%s"}'
+                     % (v, outcome, value))
+    for _ in range(oopses):
+        lines += ["BUG: unable to handle page fault for address: ffff888000001000",
+                  "XPFO: kernel access to user-owned frame through the direct map at x",
+                  "---[ end trace 0000000000000000 ]---"]
+    return console.parse(lines + ["XH-STEP-END sh:ret2dir 0"])
+
+
+def test_ret2dir_demo_judged_per_variant():
+    ok_off = attacks.judge_ret2dir(_ret2dir([("read", "0x1")] * 4, 0), "off")
+    assert all(v.passed for v in ok_off)
+    bad_off = attacks.judge_ret2dir(_ret2dir([("read", "0x2")] + [("read", "0x1")] * 3, 0), "off")
+    assert [v.passed for v in bad_off] == [False, True, True, True]
+    ok_sync = attacks.judge_ret2dir(_ret2dir([("blocked", "")] * 4, 4), "sync")
+    assert all(v.passed for v in ok_sync)
+    # a blocked read without the XPFO oops behind it is not a pass
+    short = attacks.judge_ret2dir(_ret2dir([("blocked", "")] * 4, 3), "sync")
+    assert not all(v.passed for v in short)
+
+
+def test_kunit_summary_counts_only_xpfo_suite():
+    con = _con("ktap_kunit.log")
+    assert attacks.kunit_summary(con) == {"pass": 1, "fail": 1, "skip": 1}

@@ -1,0 +1,82 @@
+"""Benchmark statistics, result collection (including failed cells) and reports."""
+
+from pathlib import Path
+
+from harness import bench, console, qemu, report, stats
+
+
+def test_paired_ratios_follow_direction_and_skip_missing_rounds():
+    # time-like: lower is better -> mode/base
+    assert stats.paired_ratios({0: 2.0, 1: 3.0}, {0: 1.0, 1: 2.0}, "lower") == [2.0, 1.5]
+    # throughput: higher is better -> base/mode
+    assert stats.paired_ratios({0: 50.0}, {0: 100.0}, "higher") == [2.0]
+    # a round missing on one side is left out, not averaged
+    assert stats.paired_ratios({0: 1.0, 1: 1.0}, {1: 1.0}, "lower") == [1.0]
+    sm = stats.summarize([3.0, 1.0, 2.0])
+    assert (sm.median, sm.lo, sm.hi, sm.n) == (2.0, 1.0, 3.0, 3)
+    assert stats.summarize([]) is None
+    assert stats.per_thousand(5, 0) is None and stats.per_thousand(5, 1000) == 5.0
+
+
+REQ = bench.BenchRequest(modes=["off", "sync"], cpus=[1], rounds=1,
+                         workloads=[bench.Workload("sh:xbench:mmap:8", ("mmap", "munmap")),
+                                    bench.Workload("sh:xbench:lseek", ("lseek",))])
+
+
+def _run(lines, outcome=qemu.Outcome.POWERED_OFF) -> qemu.Run:
+    m = qemu.Machine(kernel=Path("k"), initrd=Path("i"))
+    return qemu.Run(m, outcome, 1.0, console.parse(lines), Path("log"))
+
+
+GOOD = [
+    "XH-STEP-BEGIN vmstat:start",
+    'RESULT {"label": "start", "counters": {"xpfo_unmap": 10, "xpfo_flush_ipi_sent": 1}}',
+    "XH-STEP-END vmstat:start 0",
+    "XH-STEP-BEGIN sh:xbench:mmap:8",
+    'RESULT {"workload": "mmap", "value": 4.0, "unit": "ms", "better": "lower", "seconds": 1, "user_pages": 2048}',
+    'RESULT {"workload": "munmap", "value": 1.0, "unit": "ms", "better": "lower", "seconds": 1, "user_pages": 0}',
+    "XH-STEP-END sh:xbench:mmap:8 0",
+    "XH-STEP-BEGIN vmstat:0",
+    'RESULT {"label": "0", "counters": {"xpfo_unmap": 2058, "xpfo_flush_ipi_sent": 2049}}',
+    "XH-STEP-END vmstat:0 0",
+    "XH-STEP-BEGIN sh:xbench:lseek",
+    'RESULT {"workload": "lseek", "value": 100000, "unit": "calls/s", "better": "higher", "seconds": 1, "user_pages": 0}',
+    "XH-STEP-END sh:xbench:lseek 0",
+    "XH-STEP-BEGIN vmstat:1",
+    'RESULT {"label": "1", "counters": {"xpfo_unmap": 2060, "xpfo_flush_ipi_sent": 2051}}',
+    "XH-STEP-END vmstat:1 0",
+    "XH-DONE",
+]
+
+
+def test_collect_counts_events_per_workload():
+    data = bench.BenchData()
+    bench.collect(_run(GOOD), REQ, "sync", 1, 0, data)
+    assert not data.failures
+    mmap = next(s for s in data.samples if s["workload"] == "mmap")
+    assert mmap["counters"]["xpfo_unmap"] == 2048
+    assert stats.per_thousand(mmap["counters"]["xpfo_flush_ipi_sent"], mmap["user_pages"]) == 1000
+
+
+def test_crash_mid_run_marks_cells_failed_and_keeps_the_rest():
+    cut = GOOD[:10] + ["XH-STEP-BEGIN sh:xbench:lseek", "BUG: unable to handle page fault",
+                       "---[ end trace 0000000000000000 ]---"]
+    data = bench.BenchData()
+    bench.collect(_run(cut, qemu.Outcome.CRASHED), REQ, "sync", 1, 0, data)
+    assert {s["workload"] for s in data.samples} == {"mmap", "munmap"}
+    [fail] = data.failures
+    assert fail["workload"] == "lseek" and fail["reason"].startswith("bug:")
+
+
+def test_report_has_ratios_counters_and_failed_cells(tmp_path):
+    data = bench.BenchData(meta={"modes": ["off", "sync"], "cpus": [1]})
+    bench.collect(_run(GOOD), REQ, "sync", 1, 0, data)
+    off = [x.replace('"value": 4.0', '"value": 2.0') for x in GOOD]
+    bench.collect(_run(off), REQ, "off", 1, 0, data)
+    data.failures.append({"mode": "sync", "cpus": 1, "round": 1, "workload": "lseek",
+                          "reason": "guest timeout"})
+    text = report.tables(data)
+    assert "| mmap | ms |" in text and "2.00x" in text
+    assert "guest timeout" in text
+    written = report.plots(data, tmp_path)
+    assert all(p.exists() and p.stat().st_size > 1000 for p in written)

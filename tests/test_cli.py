@@ -1,0 +1,28 @@
+"""Bad input on the command line: one clear message, non-zero exit."""
+
+import pytest
+
+from harness import cli
+
+
+@pytest.mark.parametrize("argv", [["bogus"], ["boot", "--cpus", "0"], ["boot", "--mode", "nope"],
+                                  ["test", "--timeout", "x"], []])
+def test_bad_command_lines_exit_nonzero(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_parse_of_missing_log_is_one_clear_error(capsys, tmp_path):
+    assert cli.main(["parse", str(tmp_path / "nope.log")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot read") and err.count("\n") == 1
+
+
+def test_parse_judges_a_saved_log(capsys):
+    from conftest import DATA
+    assert cli.main(["parse", str(DATA / "xpfo_sync.log"), "--mode", "sync"]) == 0
+    out = capsys.readouterr().out
+    assert "incident bug during lkdtm:XPFO_READ_USER" in out
+    assert "PASS XPFO_READ_USER (sync)" in out

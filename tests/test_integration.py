@@ -1,0 +1,70 @@
+"""Integration: build the kernel once, boot it, and judge what the guest says.
+
+Slow (a kernel build on a fresh machine takes about 11 minutes); skipped
+when XPFO_SKIP_INTEGRATION=1.
+"""
+
+import argparse
+import os
+
+import pytest
+
+from harness import attacks, cli, guest, qemu
+
+pytestmark = pytest.mark.skipif(os.environ.get("XPFO_SKIP_INTEGRATION") == "1",
+                                reason="XPFO_SKIP_INTEGRATION=1")
+
+STRESS_SECONDS = int(os.environ.get("XPFO_STRESS_SECONDS", "60"))
+
+
+@pytest.fixture(scope="session")
+def kernel():
+    cli.ensure_kernel(argparse.Namespace(jobs=None))
+
+
+@pytest.fixture(scope="session")
+def attack_runs(kernel):
+    return {mode: cli.run_attacks(mode, cpus=2, timeout=900) for mode in ("off", "sync")}
+
+
+def test_guest_reports_from_inside(attack_runs):
+    for mode, run in attack_runs.items():
+        assert run["outcome"] == qemu.Outcome.POWERED_OFF.value, run["log"]
+        assert run["info"]["cpus"] == 2
+        assert run["info"]["xpfo_mode"] == mode
+        assert run["info"]["kernel"].startswith("6.12")
+
+
+@pytest.mark.parametrize("mode", ["off", "sync"])
+def test_attacks_both_sides(attack_runs, mode):
+    run = attack_runs[mode]
+    failed = [f"{v['test']}: {v['detail']}" for v in run["verdicts"] if not v["passed"]]
+    assert not failed, f"{failed} (log {run['log']})"
+    assert not run["stray_incidents"], run["stray_incidents"]
+    names = {v["test"] for v in run["verdicts"]}
+    assert {a.name for a in attacks.LKDTM_ATTACKS} <= names
+    assert {f"ret2dir[{v}]" for v in attacks.RET2DIR_VARIANTS} <= names
+
+
+def test_kunit_suite(attack_runs):
+    sync, off = attack_runs["sync"]["kunit"], attack_runs["off"]["kunit"]
+    assert sync["fail"] == 0 and sync["pass"] >= 10 and sync["skip"] == 0, sync
+    # with XPFO off the suite runs and skips itself, it does not pass vacuously
+    assert off["pass"] == 0 and off["skip"] >= 10, off
+
+
+def test_unknown_mode_warns_and_stays_off(kernel):
+    req = guest.GuestRequest(steps=["info"], cpus=1, mem_mb=512, params=["xpfo=bogus"],
+                             timeout=300, label="bad-param")
+    r = guest.run(req)
+    assert r.outcome is qemu.Outcome.POWERED_OFF
+    assert r.console.steps["info"].results[0]["xpfo_mode"] == "off"
+    assert any("xpfo: unknown mode 'bogus' (accepted: off, sync)" in x for x in r.console.lines)
+    assert not r.console.incidents
+
+
+def test_stress_sync_smp4(kernel):
+    res = cli.run_stress("sync", cpus=4, seconds=STRESS_SECONDS, mem_mb=768)
+    assert res["passed"], res
+    assert res["counters"]["xpfo_unmap"] > 0
+    assert res["counters"]["xpfo_flush_ipi_sent"] > 0

@@ -1,0 +1,104 @@
+"""The base + series round trip, and how a patch that does not apply is reported."""
+
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from harness import source
+from harness.errors import HarnessError
+from harness.paths import Layout
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run([*GIT, *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def _make_base(tmp: Path) -> Path:
+    base = tmp / "linux-source-test"
+    (base / "mm").mkdir(parents=True)
+    (base / "mm" / "page_alloc.c").write_text("".join(f"line {i}\n" for i in range(40)))
+    (base / "Makefile").write_text("VERSION = 6\n")
+    tarball = tmp / "linux-source-test.tar.xz"
+    with tarfile.open(tarball, "w:xz") as tf:
+        tf.add(base, arcname="linux-source-test")
+    return tarball
+
+
+def _make_patch(tmp: Path, tarball: Path, old: str, new: str, name: str) -> Path:
+    work = tmp / f"work-{name}"
+    work.mkdir()
+    subprocess.run(["tar", "-xf", str(tarball), "-C", str(work), "--strip-components=1"],
+                   check=True)
+    _git(work, "init", "-q")
+    _git(work, "add", "-A")
+    _git(work, "commit", "-qm", "base")
+    f = work / "mm" / "page_alloc.c"
+    f.write_text(f.read_text().replace(old, new))
+    _git(work, "commit", "-qam", f"mm: {name}")
+    out = tmp / f"out-{name}"
+    _git(work, "format-patch", "-q", "-o", str(out), "HEAD~1")
+    return next(out.glob("*.patch"))
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    tarball = _make_base(tmp_path)
+    root = tmp_path / "repo"
+    (root / "kernel" / "patches").mkdir(parents=True)
+    (root / "kernel" / "BASE").write_text(
+        f"package=linux-source-test\nversion=1.0\ntarball={tarball}\n")
+    return Layout(root=root)
+
+
+def test_series_applies_as_commits_and_exports_back(layout: Layout, tmp_path: Path):
+    tarball = source.read_base(layout).tarball
+    p = _make_patch(tmp_path, tarball, "line 10\n", "line ten\n", "first")
+    (layout.patches / "0001-mm-first.patch").write_bytes(p.read_bytes())
+    src = source.prepare(layout)
+    assert "line ten" in (src / "mm" / "page_alloc.c").read_text()
+    log = _git(src, "log", "--format=%s")
+    assert log.splitlines() == ["mm: first", "linux-source-test 1.0"]
+    # a second prepare with nothing changed reuses the tree
+    assert source.prepare(layout) == src
+    # edit in the tree, commit, export: the series now has two patches
+    f = src / "mm" / "page_alloc.c"
+    f.write_text(f.read_text().replace("line 20\n", "line twenty\n"))
+    _git(src, "commit", "-qam", "mm: second")
+    names = [p.name for p in source.export(layout)]
+    assert names == ["0001-mm-first.patch", "0002-mm-second.patch"]
+    assert "line twenty" in (layout.patches / "0002-mm-second.patch").read_text()
+
+
+def test_failing_patch_is_named_with_its_hunk(layout: Layout, tmp_path: Path):
+    tarball = source.read_base(layout).tarball
+    good = _make_patch(tmp_path, tarball, "line 10\n", "line ten\n", "good")
+    bad = _make_patch(tmp_path, tarball, "line 30\n", "line thirty\n", "bad")
+    text = bad.read_text().replace(" line 29\n", " line 29 changed upstream\n")
+    (layout.patches / "0001-mm-good.patch").write_bytes(good.read_bytes())
+    (layout.patches / "0002-mm-bad.patch").write_text(text)
+    with pytest.raises(HarnessError) as e:
+        source.prepare(layout)
+    msg = str(e.value)
+    assert "0002-mm-bad.patch does not apply" in msg
+    assert "mm/page_alloc.c" in msg
+    # nothing is left that a later run would take for a good tree
+    assert not (layout.src / source.STAMP).exists()
+
+
+def test_version_mismatch_warns(layout: Layout, capsys):
+    source.check_base(source.read_base(layout))
+    assert "linux-source-test installed is unknown" in capsys.readouterr().err
+
+
+def test_missing_source_fails_clearly(tmp_path: Path):
+    root = tmp_path / "r"
+    (root / "kernel").mkdir(parents=True)
+    (root / "kernel" / "BASE").write_text(
+        "package=linux-source-test\nversion=1\ntarball=/nonexistent.tar.xz\n")
+    with pytest.raises(HarnessError, match="is missing"):
+        source.prepare(Layout(root=root))
