@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 
 from .console import Console
 
-XPFO_OOPS = r"XPFO: kernel access to user-owned frame"
+XPFO_OOPS = r"xpfo: kernel access to user-owned frame"
 _WROTE = re.compile(r"(\S+): user wrote (0x[0-9a-f]+)")
 _READ = re.compile(r"(\S+): read (0x[0-9a-f]+) through the physmap alias")
 

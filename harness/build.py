@@ -125,6 +125,7 @@ def build(req: BuildRequest) -> BuildResult:
             total = max(int(tf.read_text().strip()), 1)
         except ValueError:
             pass
+    clean = not (req.obj / "vmlinux.o").exists()
     cmd = _make(req, "bzImage")
     printer.command(cmd)
     prog = printer.Progress("build", every=15.0)
@@ -150,7 +151,7 @@ def build(req: BuildRequest) -> BuildResult:
         errs = "\n".join(tail[-20:]) or f"make exited with {rc}; see {log}"
         return BuildResult(Status.BUILD_FAILURE, elapsed, compiled=compiled,
                            message=f"{errs}\n  full log: {log}")
-    if compiled > total // 2 or not tf.exists():
+    if clean:
         tf.write_text(f"{max(compiled, 1)}\n")
     stamp.write_text(config_id(req) + "\n")
     printer.info("build", f"done: {compiled} files compiled in {printer.fmt_elapsed(elapsed)}")

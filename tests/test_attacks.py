@@ -54,7 +54,7 @@ def _ret2dir(outcomes, oopses):
                      % (v, outcome, value))
     for _ in range(oopses):
         lines += ["BUG: unable to handle page fault for address: ffff888000001000",
-                  "XPFO: kernel access to user-owned frame through the direct map at x",
+                  "xpfo: kernel access to user-owned frame through the direct map at x",
                   "---[ end trace 0000000000000000 ]---"]
     return console.parse(lines + ["XH-STEP-END sh:ret2dir 0"])
 

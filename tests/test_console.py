@@ -31,7 +31,7 @@ def test_oops_is_attributed_to_its_step_with_its_trace():
     [inc] = con.incidents
     assert inc.kind == "bug"
     assert inc.step == "lkdtm:XPFO_READ_USER"
-    assert inc.mentions("XPFO: kernel access to user-owned frame")
+    assert inc.mentions("xpfo: kernel access to user-owned frame")
     assert any("RIP:" in line for line in inc.lines)
     assert con.done
 

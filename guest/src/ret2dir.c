@@ -222,6 +222,11 @@ int main(int argc, char **argv)
 				perror("ret2dir: mmap file");
 				return 2;
 			}
+			/* Fault the cached page in; pagemap shows only mapped pages. */
+			if (p[9] != v) {
+				printf("ret2dir[pagecache]: the file does not hold the payload\n");
+				return 2;
+			}
 			attack("pagecache", &p[9], v);
 			close(fd);
 		}
