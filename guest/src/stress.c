@@ -33,8 +33,15 @@
 static time_t deadline;
 static const char *scratch;
 
+/* Every worker (a process of its own) completes at least one round. */
 static int running(void)
 {
+	static int first = 1;
+
+	if (first) {
+		first = 0;
+		return 1;
+	}
 	return time(NULL) < deadline;
 }
 
