@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from . import attacks, bench, build, console, deps, guest, initramfs, printer, qemu, report, source
+from . import attacks, bench, series, build, console, deps, guest, initramfs, printer, qemu, report, source
 from .errors import HarnessError
 from .paths import LAYOUT
 
@@ -265,6 +265,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_series_check(args: argparse.Namespace) -> int:
+    deps.ensure(quiet=True)
+    results = series.check(LAYOUT, jobs=args.jobs, build_each=not args.no_build)
+    text = series.table(results)
+    printer.raw(text)
+    if args.write:
+        path = LAYOUT.root / "docs" / "SERIES.md"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("# Series check\n\nCommand: `./xpfo series-check --write`, "
+                        f"{time.strftime('%Y-%m-%d', time.gmtime())}.\n\n{text}\n")
+    ok = all(r.build_ok and r.errors == 0 for r in results)
+    return 0 if ok else 1
+
+
 def cmd_parse(args: argparse.Namespace) -> int:
     try:
         text = Path(args.log).read_text(errors="replace")
@@ -350,6 +364,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--jobs", type=positive, default=None)
     sp = add("demo", cmd_demo, "the main job: build, attack demo, quick benchmark")
     sp.add_argument("--jobs", type=positive, default=None)
+    sp = add("series-check", cmd_series_check,
+             "build the tree at every patch of the series and run checkpatch --strict")
+    sp.add_argument("--jobs", type=positive, default=None)
+    sp.add_argument("--no-build", action="store_true", help="checkpatch only")
+    sp.add_argument("--write", action="store_true", help="write docs/SERIES.md")
     sp = add("parse", cmd_parse, "re-parse a saved console log")
     sp.add_argument("log")
     sp.add_argument("--mode", choices=MODES, help="also judge the attack tests for this mode")

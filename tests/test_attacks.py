@@ -23,7 +23,7 @@ def test_sync_side_passes_only_with_the_xpfo_oops():
     v = attacks.judge_read(_con("xpfo_sync.log"), STEP, "XPFO_READ_USER", "sync")
     assert v.passed, v.detail
     # an oops that is not XPFO's does not count
-    text = (DATA / "xpfo_sync.log").read_text().replace("XPFO: kernel access", "something")
+    text = (DATA / "xpfo_sync.log").read_text().replace("xpfo: kernel access", "something")
     v = attacks.judge_read(console.parse(text.splitlines()), STEP, "XPFO_READ_USER", "sync")
     assert not v.passed and "expected an XPFO oops" in v.detail
 

@@ -53,6 +53,13 @@ def test_kunit_suite(attack_runs):
     assert off["pass"] == 0 and off["skip"] >= 10, off
 
 
+def test_series_has_no_checkpatch_errors(kernel):
+    from harness import series
+    results = series.check(build_each=False)
+    assert len(results) >= 4
+    assert all(r.errors == 0 for r in results), [m for r in results for m in r.messages]
+
+
 def test_unknown_mode_warns_and_stays_off(kernel):
     req = guest.GuestRequest(steps=["info"], cpus=1, mem_mb=512, params=["xpfo=bogus"],
                              timeout=300, label="bad-param")
