@@ -12,7 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from . import guest, printer, qemu
+from pathlib import Path
+
+from . import buildload, guest, printer, qemu
+
+# A mode is a boot parameter of the series' kernel, except 'vanilla': the
+# same configuration built without the series.
+VANILLA = "vanilla"
 
 
 @dataclass(frozen=True)
@@ -21,7 +27,10 @@ class Workload:
     reports: Sequence[str]      # the workload names the step reports
 
 
+BUILD_REPORTS = ("build_sys", "build_user", "build_elapsed")
+
 QUICK = [
+    Workload("build:{cpus}", BUILD_REPORTS),
     Workload("sh:xbench:page_fault:8:{cpus}", ("page_fault",)),
     Workload("sh:xbench:fork:32", ("fork",)),
     Workload("sh:xbench:mmap:8", ("mmap", "munmap")),
@@ -30,6 +39,7 @@ QUICK = [
     Workload("sh:xbench:lseek", ("lseek",)),
 ]
 FULL = [
+    Workload("build:{cpus}", BUILD_REPORTS),
     Workload("sh:xbench:page_fault:32:{cpus}", ("page_fault",)),
     Workload("sh:xbench:fork:256", ("fork",)),
     Workload("sh:xbench:mmap:64", ("mmap", "munmap")),
@@ -45,8 +55,10 @@ class BenchRequest:
     cpus: Sequence[int]
     rounds: int
     workloads: Sequence[Workload]
-    mem_mb: int = 1024
-    timeout: float = 900.0
+    mem_mb: int = 2048
+    timeout: float = 1200.0
+    build_files: int = buildload.DEFAULT_FILES
+    vanilla_kernel: Optional[Path] = None
 
 
 @dataclass
@@ -136,6 +148,9 @@ def run(req: BenchRequest, meta: Dict[str, object]) -> BenchData:
                            "cpus": list(req.cpus), "rounds": req.rounds,
                            "workloads": [w.step for w in req.workloads]})
     total = req.rounds * len(req.cpus) * len(req.modes)
+    disks = []
+    if any(w.step.startswith("build") for w in req.workloads):
+        disks.append(buildload.image(nfiles=req.build_files))
     done = 0
     start = time.monotonic()
     for rnd in range(req.rounds):
@@ -147,9 +162,12 @@ def run(req: BenchRequest, meta: Dict[str, object]) -> BenchData:
                              f"xpfo={mode} ({done}/{total} boots, "
                              f"{printer.fmt_elapsed(elapsed)} elapsed"
                              + (f", ~{printer.fmt_elapsed(eta)} left)" if done else ")"))
+                vanilla = mode == VANILLA
                 greq = guest.GuestRequest(steps=steps_for(req, cpus), cpus=cpus,
-                                          mem_mb=req.mem_mb, params=[f"xpfo={mode}"],
-                                          timeout=req.timeout,
+                                          mem_mb=req.mem_mb,
+                                          params=[] if vanilla else [f"xpfo={mode}"],
+                                          timeout=req.timeout, disk=True, extra_disks=disks,
+                                          kernel=req.vanilla_kernel if vanilla else None,
                                           label=f"bench-{mode}-{cpus}cpu-r{rnd}")
                 r = guest.run(greq)
                 collect(r, req, mode, cpus, rnd, data)

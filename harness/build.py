@@ -168,6 +168,27 @@ def is_current(req: BuildRequest) -> bool:
             and (req.obj / "arch/x86/boot/bzImage").exists())
 
 
+def vanilla_request(layout: Layout = LAYOUT, jobs: Optional[int] = None) -> BuildRequest:
+    """The base without the series, same configuration minus the series' options.
+
+    It is the reference that shows what xpfo=off costs: a git worktree of
+    build/src at the base tag, built into build/vanilla-obj.
+    """
+    from . import source
+
+    src = layout.build / "vanilla-src"
+    if not (src / ".git").exists():
+        subprocess.run(["git", "worktree", "prune"], cwd=layout.src, check=False)
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(src), source.BASE_TAG],
+                       cwd=layout.src, check=True, capture_output=True)
+    frag = layout.build / "vanilla.fragment"
+    lines = [line for line in layout.fragment.read_text().splitlines(keepends=True)
+             if "XPFO" not in line]
+    frag.write_text("".join(lines))
+    n = jobs or (os.cpu_count() or 1) + 1
+    return BuildRequest(src=src, obj=layout.build / "vanilla-obj", fragment=frag, jobs=n)
+
+
 def request(layout: Layout = LAYOUT, jobs: Optional[int] = None, ccache: bool = True) -> BuildRequest:
     n = jobs or (os.cpu_count() or 1) + 1
     return BuildRequest(src=layout.src, obj=layout.obj, fragment=layout.fragment,

@@ -10,11 +10,13 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from . import attacks, bench, series, build, console, deps, guest, initramfs, printer, qemu, report, source
+from . import attacks, bench, buildload, series, build, console, deps, guest, initramfs, printer, qemu, report, source
 from .errors import HarnessError
 from .paths import LAYOUT
 
 MODES = ("off", "sync")
+BENCH_MODES = (bench.VANILLA,) + MODES
+QUICK_BUILD_FILES = 8
 
 
 def _write_json(path: Path, data: object) -> None:
@@ -67,7 +69,23 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def ensure_vanilla(args: argparse.Namespace, force: bool = False) -> Path:
+    """The kernel without the series, for the 'vanilla' benchmark mode."""
+    source.prepare(LAYOUT)
+    req = build.vanilla_request(LAYOUT, jobs=getattr(args, "jobs", None))
+    if force or not build.is_current(req):
+        for step in (build.configure, build.build):
+            r = step(req)
+            if r.status is not build.Status.SUCCESS:
+                raise HarnessError(f"vanilla kernel {r.status.value}: {r.message}")
+    return req.obj / "arch/x86/boot/bzImage"
+
+
 def cmd_build(args: argparse.Namespace) -> int:
+    if args.vanilla:
+        kernel = ensure_vanilla(args, force=True)
+        printer.info("build", f"vanilla kernel (no series) {kernel}")
+        return 0
     ensure_kernel(args, force_build=True)
     printer.info("build", f"kernel {LAYOUT.bzimage}, initramfs {LAYOUT.initramfs}")
     return 0
@@ -213,9 +231,11 @@ def series_commit() -> str:
 
 
 def run_bench(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: bool,
-              outdir: Path, command: str) -> bench.BenchData:
+              outdir: Path, command: str, vanilla: Optional[Path] = None) -> bench.BenchData:
     req = bench.BenchRequest(modes=modes, cpus=cpus, rounds=rounds,
-                             workloads=bench.QUICK if quick else bench.FULL)
+                             workloads=bench.QUICK if quick else bench.FULL,
+                             build_files=QUICK_BUILD_FILES if quick else buildload.DEFAULT_FILES,
+                             vanilla_kernel=vanilla)
     kernel = LAYOUT.bzimage
     data = bench.run(req, meta={"command": command, "series_commit": series_commit(),
                                 "kernel": "6.12 + kernel/patches", "quick": quick,
@@ -245,9 +265,10 @@ def _bench_command(args: argparse.Namespace) -> str:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     ensure_kernel(args)
+    vanilla = ensure_vanilla(args) if bench.VANILLA in args.modes else None
     outdir = Path(args.out) if args.out else LAYOUT.out / "bench"
     data = run_bench(args.modes, args.cpus, args.rounds, args.quick, outdir,
-                     _bench_command(args))
+                     _bench_command(args), vanilla)
     return 1 if data.failures else 0
 
 
@@ -342,6 +363,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--jobs", type=positive, default=None)
     sp = add("build", cmd_build, "build the kernel and the initramfs")
     sp.add_argument("--jobs", type=positive, default=None, help="make -j")
+    sp.add_argument("--vanilla", action="store_true",
+                    help="build the base without the series (benchmark reference)")
     sp = add("boot", cmd_boot, "boot the kernel; a shell on the console, or run steps")
     guest_opts(sp)
     sp.add_argument("--mode", choices=MODES, help="xpfo= boot parameter")
@@ -356,7 +379,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--mode", choices=MODES, default="sync")
     sp.add_argument("--seconds", type=positive, default=300)
     sp = add("bench", cmd_bench, "side-by-side benchmark of the modes, tables and plots")
-    sp.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    sp.add_argument("--modes", nargs="+", choices=BENCH_MODES, default=list(BENCH_MODES),
+                    help="'vanilla' is the same configuration built without the series")
     sp.add_argument("--cpus", nargs="+", type=positive, default=[1, 2, 4])
     sp.add_argument("--rounds", type=positive, default=3)
     sp.add_argument("--quick", action="store_true", help="small sizes")

@@ -27,6 +27,7 @@ PACKAGES = {
     "git": "/usr/bin/git",
     "perl": "/usr/bin/perl",
     "python3-venv": "/usr/lib/python3/dist-packages",
+    "e2fsprogs": "/sbin/mke2fs",
 }
 
 

@@ -16,8 +16,10 @@ class GuestRequest:
     mem_mb: int = 1024
     params: Sequence[str] = ()
     timeout: float = 300.0
-    disk: bool = False
+    disk: bool = False          # the scratch disk, /dev/vda
+    extra_disks: Sequence[Path] = ()
     label: str = "run"
+    kernel: Optional[Path] = None   # default: the kernel built from the series
 
 
 @dataclass
@@ -34,9 +36,10 @@ def machine(req: GuestRequest, layout: Layout = LAYOUT) -> qemu.Machine:
     params = list(req.params)
     if req.steps:
         params.append("xh.steps=" + ",".join(req.steps))
-    disk: Optional[Path] = initramfs.scratch_disk(layout) if req.disk else None
-    return qemu.Machine(kernel=layout.bzimage, initrd=layout.initramfs, cpus=req.cpus,
-                        mem_mb=req.mem_mb, params=params, disk=disk)
+    disks = [initramfs.scratch_disk(layout)] if req.disk else []
+    return qemu.Machine(kernel=req.kernel or layout.bzimage, initrd=layout.initramfs,
+                        cpus=req.cpus,
+                        mem_mb=req.mem_mb, params=params, disks=disks + list(req.extra_disks))
 
 
 def run(req: GuestRequest, layout: Layout = LAYOUT, echo: bool = False) -> qemu.Run:

@@ -26,7 +26,7 @@ class Machine:
     cpus: int = 2
     mem_mb: int = 1024
     params: Sequence[str] = ()
-    disk: Optional[Path] = None
+    disks: Sequence[Path] = ()   # virtio disks: /dev/vda, /dev/vdb, ...
     extra_args: Sequence[str] = ()
 
     def cmdline(self) -> str:
@@ -44,8 +44,8 @@ class Machine:
             args += ["-serial", "mon:stdio"]
         else:
             args += ["-serial", "stdio", "-monitor", "none"]
-        if self.disk is not None:
-            args += ["-drive", f"file={self.disk},if=virtio,format=raw,cache=unsafe"]
+        for disk in self.disks:
+            args += ["-drive", f"file={disk},if=virtio,format=raw,cache=unsafe"]
         return args + list(self.extra_args)
 
 

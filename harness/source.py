@@ -13,6 +13,7 @@ from .errors import HarnessError
 from .paths import LAYOUT, Layout
 
 BASE_TAG = "xpfo-base"
+COVER = "0000-cover-letter.patch"
 STAMP = ".git/xpfo-series"
 GIT_ID = ["-c", "user.name=xpfo harness", "-c", "user.email=xpfo@localhost",
           "-c", "commit.gpgsign=false"]
@@ -177,6 +178,9 @@ def export(layout: Layout = LAYOUT) -> List[Path]:
     if r.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise HarnessError(f"git format-patch failed: {r.stderr.strip()}")
+    cover = layout.patches / COVER
+    if cover.exists():
+        shutil.copy2(cover, tmp / COVER)  # written by hand, kept across exports
     old = layout.patches.with_name("patches.old")
     shutil.rmtree(old, ignore_errors=True)
     if layout.patches.exists():

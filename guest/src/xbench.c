@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -183,6 +184,57 @@ static void lseek_bench(void)
 	close(fd);
 }
 
+static double tv(struct timeval t)
+{
+	return t.tv_sec + t.tv_usec / 1e6;
+}
+
+/* Run a shell command in the build image's chroot; 0 on success. */
+static int chroot_sh(const char *cmd)
+{
+	int st;
+	pid_t pid = fork();
+
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		setenv("PATH", "/usr/bin:/bin", 1);
+		execl("/bin/chroot", "chroot", "/mnt/tc", "/bin/sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	if (waitpid(pid, &st, 0) < 0)
+		die("waitpid");
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/*
+ * make -jN in the build image; system, user and elapsed time of the whole
+ * build, children included (make reaps gcc, gcc reaps cc1 and as).
+ */
+static void build_bench(int jobs)
+{
+	struct rusage before, after;
+	char cmd[128];
+	double t;
+
+	if (chroot_sh("cd /k/obj && make -s -f bench.mk clean")) {
+		fprintf(stderr, "xbench: make clean failed in the build image\n");
+		exit(1);
+	}
+	getrusage(RUSAGE_CHILDREN, &before);
+	snprintf(cmd, sizeof(cmd), "cd /k/obj && make -s -j%d -f bench.mk", jobs);
+	t = now();
+	if (chroot_sh(cmd)) {
+		fprintf(stderr, "xbench: the build failed\n");
+		exit(1);
+	}
+	t = now() - t;
+	getrusage(RUSAGE_CHILDREN, &after);
+	report("build_sys", tv(after.ru_stime) - tv(before.ru_stime), "s", "lower", t, 0);
+	report("build_user", tv(after.ru_utime) - tv(before.ru_utime), "s", "lower", t, 0);
+	report("build_elapsed", t, "s", "lower", t, 0);
+}
+
 int main(int argc, char **argv)
 {
 	const char *w = argc > 1 ? argv[1] : "";
@@ -195,6 +247,10 @@ int main(int argc, char **argv)
 	if (!mb || procs < 1) {
 		fprintf(stderr, "xbench: bad size or process count\n");
 		return 2;
+	}
+	if (!strcmp(w, "build")) {
+		build_bench(argc > 2 ? atoi(argv[2]) : 1);
+		return 0;
 	}
 	if (!strcmp(w, "page_fault"))
 		page_fault(mb, procs);
@@ -209,7 +265,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(w, "lseek"))
 		lseek_bench();
 	else {
-		fprintf(stderr, "usage: xbench page_fault|fork|mmap|file|exec|lseek [MB] [PROCS]\n");
+		fprintf(stderr, "usage: xbench build JOBS | page_fault|fork|mmap|file|exec|lseek [MB] [PROCS]\n");
 		return 2;
 	}
 	return 0;
