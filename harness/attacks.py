@@ -21,8 +21,15 @@ _WROTE = re.compile(r"(\S+): user wrote (0x[0-9a-f]+)")
 _READ = re.compile(r"(\S+): read (0x[0-9a-f]+) through the physmap alias")
 
 # Which modes protect (the read must be stopped) and which do not.
-PROTECTING_MODES = ("sync",)
+PROTECTING_MODES = ("sync", "deferred", "batch")
 OPEN_MODES = ("off",)
+# Cells that a mode cannot pass by design: the read is expected to succeed,
+# and the result says so instead of hiding it.
+BY_DESIGN = {
+    ("XPFO_SMP", "deferred"): "deferred leaves the alias in other CPUs' TLBs until they switch "
+                              "context, enter from user mode or leave idle; the reader spins "
+                              "in the kernel",
+}
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,8 @@ def judge_read(con: Console, step_name: str, test: str, mode: str) -> Verdict:
     incidents = con.incidents_in(step_name)
     wrote = [m.group(2) for m in map(_WROTE.search, st.lines) if m]
     read = [m.group(2) for m in map(_READ.search, st.lines) if m]
-    if mode in OPEN_MODES:
+    if mode in OPEN_MODES or (test, mode) in BY_DESIGN:
+        why = BY_DESIGN.get((test, mode))
         if incidents:
             return Verdict(test, mode, False,
                            f"unexpected {incidents[0].kind}: {incidents[0].first_line}")
@@ -74,6 +82,9 @@ def judge_read(con: Console, step_name: str, test: str, mode: str) -> Verdict:
         if read[-1] != wrote[-1]:
             return Verdict(test, mode, False,
                            f"read {read[-1]} but the user wrote {wrote[-1]}: test broken")
+        if why:
+            return Verdict(test, mode, True,
+                           f"XFAIL (expected by design: {why}): read back {read[-1]}")
         return Verdict(test, mode, True, f"attack works: read back {read[-1]}")
     if mode in PROTECTING_MODES:
         if not wrote:

@@ -65,6 +65,7 @@ class BenchRequest:
 class BenchData:
     samples: List[dict] = field(default_factory=list)
     failures: List[dict] = field(default_factory=list)
+    windows: List[dict] = field(default_factory=list)   # deferred-flush windows
     meta: Dict[str, object] = field(default_factory=dict)
 
 
@@ -79,17 +80,25 @@ def _delta(after: Dict[str, int], before: Dict[str, int]) -> Dict[str, int]:
     return {k: after[k] - before.get(k, 0) for k in after}
 
 
-def steps_for(req: BenchRequest, cpus: int) -> List[str]:
-    steps = ["vmstat:start"]
+DEFERRED_MODES = ("deferred", "batch")
+
+
+def steps_for(req: BenchRequest, cpus: int, mode: str = "") -> List[str]:
+    window = mode in DEFERRED_MODES
+    steps = (["window:reset"] if window else []) + ["vmstat:start"]
     for i, wl in enumerate(req.workloads):
         steps += [wl.step.format(cpus=cpus), f"vmstat:{i}"]
-    return steps
+    return steps + (["window"] if window else [])
 
 
 def collect(run: qemu.Run, req: BenchRequest, mode: str, cpus: int, rnd: int,
             data: BenchData) -> None:
     """Turn one guest run into samples; anything missing becomes a failure."""
     con = run.console
+    win = con.steps.get("window")
+    if win is not None and win.results and win.results[0].get("window"):
+        data.windows.append({"mode": mode, "cpus": cpus, "round": rnd,
+                             **win.results[0]["window"]})
     prev = _counters(con, "start")
     for i, wl in enumerate(req.workloads):
         step_name = wl.step.format(cpus=cpus)
@@ -163,7 +172,7 @@ def run(req: BenchRequest, meta: Dict[str, object]) -> BenchData:
                              f"{printer.fmt_elapsed(elapsed)} elapsed"
                              + (f", ~{printer.fmt_elapsed(eta)} left)" if done else ")"))
                 vanilla = mode == VANILLA
-                greq = guest.GuestRequest(steps=steps_for(req, cpus), cpus=cpus,
+                greq = guest.GuestRequest(steps=steps_for(req, cpus, mode), cpus=cpus,
                                           mem_mb=req.mem_mb,
                                           params=[] if vanilla else [f"xpfo={mode}"],
                                           timeout=req.timeout, disk=True, extra_disks=disks,

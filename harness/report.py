@@ -8,7 +8,8 @@ from . import stats
 
 COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             ("xpfo_flush_ipi_sent", "IPIs sent"), ("xpfo_flush_ipi_received", "IPIs recv"),
-            ("xpfo_kmap", "kmaps")]
+            ("xpfo_deferred_flush", "deferred flushes"),
+            ("xpfo_batch_preflushed", "served pre-flushed"), ("xpfo_kmap", "kmaps")]
 
 
 def user_pages(s: dict) -> int:
@@ -22,6 +23,16 @@ def _index(samples: List[dict]) -> Dict[Tuple[str, int, str], Dict[int, dict]]:
     for s in samples:
         idx[(s["workload"], s["cpus"], s["mode"])][s["round"]] = s
     return idx
+
+
+def _ns(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    if x >= 1e6:
+        return f"{x / 1e6:.1f} ms"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f} us"
+    return f"{x:.0f} ns"
 
 
 def _fmt(x: float) -> str:
@@ -98,6 +109,26 @@ def tables(data) -> str:
                     sm = stats.summarize([v for v in vals if v is not None])
                     row.append(_fmt(sm.median) if sm else "-")
                 out.append(f"| {w} | {m} | " + " | ".join(row) + " |")
+        out.append("")
+    if getattr(data, "windows", None):
+        out.append("### Deferred-flush window\n")
+        out.append("Per flush a CPU took for another CPU's request: time from the oldest "
+                   "request it covered to the flush, over all workloads of all rounds. "
+                   "Log2 buckets: a figure is the bucket's upper bound.\n")
+        out.append("| mode | vCPUs | flushes | median | p99 | max |")
+        out.append("|---|---|---|---|---|---|")
+        for (mode, cpus) in sorted({(w["mode"], w["cpus"]) for w in data.windows}):
+            buckets: Dict[int, int] = defaultdict(int)
+            mx = 0
+            for w in data.windows:
+                if (w["mode"], w["cpus"]) == (mode, cpus):
+                    for b, c in w.get("buckets", {}).items():
+                        buckets[int(b)] += c
+                    mx = max(mx, w.get("max_ns", 0))
+            p50 = stats.log2_percentile(buckets, 0.5)
+            p99 = stats.log2_percentile(buckets, 0.99)
+            out.append(f"| {mode} | {cpus} | {sum(buckets.values())} | "
+                       f"{_ns(p50)} | {_ns(p99)} | {_ns(mx)} |")
         out.append("")
     if failures:
         out.append("Failed cells (not averaged into anything):\n")

@@ -39,3 +39,19 @@ def per_thousand(events: float, pages: float) -> Optional[float]:
     if pages <= 0:
         return None
     return 1000.0 * events / pages
+
+
+def log2_percentile(buckets: Dict[int, int], q: float) -> Optional[int]:
+    """Upper bound of the q-quantile of a histogram of log2 buckets.
+
+    buckets maps a bucket's upper bound (ns) to its count.
+    """
+    total = sum(buckets.values())
+    if not total:
+        return None
+    seen = 0
+    for bound in sorted(buckets):
+        seen += buckets[bound]
+        if seen >= q * total:
+            return bound
+    return max(buckets)

@@ -74,3 +74,13 @@ def test_ret2dir_demo_judged_per_variant():
 def test_kunit_summary_counts_only_xpfo_suite():
     con = _con("ktap_kunit.log")
     assert attacks.kunit_summary(con) == {"pass": 1, "fail": 1, "skip": 1}
+
+
+def test_by_design_cell_is_reported_not_hidden():
+    text = (DATA / "xpfo_off.log").read_text().replace("XPFO_READ_USER", "XPFO_SMP")
+    con = console.parse(text.splitlines())
+    v = attacks.judge_read(con, "lkdtm:XPFO_SMP", "XPFO_SMP", "deferred")
+    assert v.passed and v.detail.startswith("XFAIL (expected by design")
+    # the same read in batch mode is a failure: batch must stop it
+    v = attacks.judge_read(con, "lkdtm:XPFO_SMP", "XPFO_SMP", "batch")
+    assert not v.passed and "NOT STOPPED" in v.detail

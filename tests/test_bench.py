@@ -80,3 +80,21 @@ def test_report_has_ratios_counters_and_failed_cells(tmp_path):
     assert "guest timeout" in text
     written = report.plots(data, tmp_path)
     assert all(p.exists() and p.stat().st_size > 1000 for p in written)
+
+
+def test_window_percentiles_from_log2_buckets():
+    buckets = {1024: 50, 4096: 49, 1 << 20: 1}
+    assert stats.log2_percentile(buckets, 0.5) == 1024
+    assert stats.log2_percentile(buckets, 0.99) == 4096
+    assert stats.log2_percentile(buckets, 1.0) == 1 << 20
+    assert stats.log2_percentile({}, 0.5) is None
+
+
+def test_window_result_is_collected_and_reported():
+    lines = GOOD[:-1] + ["XH-STEP-BEGIN window",
+                         'RESULT {"window": {"buckets": {"2048": 3}, "count": 3, "max_ns": 1900}}',
+                         "XH-STEP-END window 0", "XH-DONE"]
+    data = bench.BenchData(meta={"modes": ["off", "deferred"], "cpus": [1]})
+    bench.collect(_run(lines), REQ, "deferred", 1, 0, data)
+    assert data.windows[0]["count"] == 3
+    assert "| deferred | 1 | 3 | 2.0 us | 2.0 us | 1.9 us |" in report.tables(data)

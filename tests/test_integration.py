@@ -24,7 +24,7 @@ def kernel():
 
 @pytest.fixture(scope="session")
 def attack_runs(kernel):
-    return {mode: cli.run_attacks(mode, cpus=2, timeout=900) for mode in ("off", "sync")}
+    return {mode: cli.run_attacks(mode, cpus=2, timeout=900) for mode in cli.MODES}
 
 
 def test_guest_reports_from_inside(attack_runs):
@@ -35,7 +35,7 @@ def test_guest_reports_from_inside(attack_runs):
         assert run["info"]["kernel"].startswith("6.12")
 
 
-@pytest.mark.parametrize("mode", ["off", "sync"])
+@pytest.mark.parametrize("mode", list(cli.MODES))
 def test_attacks_both_sides(attack_runs, mode):
     run = attack_runs[mode]
     failed = [f"{v['test']}: {v['detail']}" for v in run["verdicts"] if not v["passed"]]
@@ -46,10 +46,15 @@ def test_attacks_both_sides(attack_runs, mode):
     assert {f"ret2dir[{v}]" for v in attacks.RET2DIR_VARIANTS} <= names
 
 
-def test_kunit_suite(attack_runs):
-    sync, off = attack_runs["sync"]["kunit"], attack_runs["off"]["kunit"]
-    assert sync["fail"] == 0 and sync["pass"] >= 10 and sync["skip"] == 0, sync
+@pytest.mark.parametrize("mode", ["sync", "deferred", "batch"])
+def test_kunit_suite(attack_runs, mode):
+    k = attack_runs[mode]["kunit"]
+    assert k["fail"] == 0 and k["pass"] >= 10 and k["skip"] == 0, k
+
+
+def test_kunit_suite_skips_itself_when_off(attack_runs):
     # with XPFO off the suite runs and skips itself, it does not pass vacuously
+    off = attack_runs["off"]["kunit"]
     assert off["pass"] == 0 and off["skip"] >= 10, off
 
 
@@ -66,7 +71,8 @@ def test_unknown_mode_warns_and_stays_off(kernel):
     r = guest.run(req)
     assert r.outcome is qemu.Outcome.POWERED_OFF
     assert r.console.steps["info"].results[0]["xpfo_mode"] == "off"
-    assert any("xpfo: unknown mode 'bogus' (accepted: off, sync)" in x for x in r.console.lines)
+    assert any("xpfo: unknown mode 'bogus' (accepted: off, sync, deferred, batch)" in x
+               for x in r.console.lines)
     assert not r.console.incidents
 
 
@@ -79,3 +85,22 @@ def test_stress_sync_smp4(kernel):
                ("forkexec", "cow", "thp", "pressure", "tmpfs", "pagecache")), workers
     assert res["counters"]["xpfo_unmap"] > 0
     assert res["counters"]["xpfo_flush_ipi_sent"] > 0
+
+
+def test_tiny_benchmark_end_to_end(kernel, tmp_path):
+    data = cli.run_bench(["off", "sync"], [2], 1, True, tmp_path / "bench",
+                         "tiny benchmark from the test suite")
+    assert not data.failures, data.failures
+    cells = {(s["workload"], s["mode"]) for s in data.samples}
+    for w in ("build_sys", "page_fault", "fork", "mmap", "munmap", "write", "read", "exec",
+              "lseek"):
+        assert (w, "off") in cells and (w, "sync") in cells, w
+    pf = {s["mode"]: s for s in data.samples if s["workload"] == "page_fault"}
+    # sync unmaps (and flushes) every page the workload touched; off unmaps none
+    assert pf["sync"]["counters"]["xpfo_unmap"] >= pf["sync"]["user_pages"]
+    assert pf["sync"]["counters"]["xpfo_flush_ipi_sent"] > 0
+    assert pf["off"]["counters"]["xpfo_unmap"] == 0
+    assert pf["off"]["counters"]["xpfo_flush_ipi_sent"] == 0
+    assert all(s["value"] > 0 for s in data.samples)
+    assert (tmp_path / "bench" / "results.md").exists()
+    assert (tmp_path / "bench" / "overhead.png").exists()
