@@ -76,15 +76,25 @@ def test_unknown_mode_warns_and_stays_off(kernel):
     assert not r.console.incidents
 
 
-def test_stress_sync_smp4(kernel):
-    res = cli.run_stress("sync", cpus=4, seconds=STRESS_SECONDS, mem_mb=512)
+@pytest.mark.parametrize("mode", list(cli.MODES))
+def test_stress_smp4(kernel, mode):
+    res = cli.run_stress(mode, cpus=4, seconds=STRESS_SECONDS, mem_mb=512)
     assert res["passed"], res
     # every worker did its work at least once, page-cache churn included
     workers = {w["worker"]: w for w in res["workers"] if "worker" in w}
     assert all(workers[w]["iterations"] >= 1 for w in
                ("forkexec", "cow", "thp", "pressure", "tmpfs", "pagecache")), workers
-    assert res["counters"]["xpfo_unmap"] > 0
-    assert res["counters"]["xpfo_flush_ipi_sent"] > 0
+    c = res["counters"]
+    if mode == "off":
+        assert c["xpfo_unmap"] == 0 and c["xpfo_flush"] == 0
+    else:
+        assert c["xpfo_unmap"] > 0 and c["xpfo_flush"] > 0
+    if mode == "sync":
+        assert c["xpfo_flush_ipi_sent"] > 0 and c["xpfo_deferred_request"] == 0
+    if mode in ("deferred", "batch"):
+        assert c["xpfo_deferred_flush"] > 0
+    if mode == "batch":
+        assert c["xpfo_batch_preflushed"] > 0
 
 
 def test_tiny_benchmark_end_to_end(kernel, tmp_path):
