@@ -40,10 +40,10 @@ QUICK = [
 ]
 FULL = [
     Workload("build:{cpus}", BUILD_REPORTS),
-    Workload("sh:xbench:page_fault:32:{cpus}", ("page_fault",)),
+    Workload("sh:xbench:page_fault:16:{cpus}", ("page_fault",)),
     Workload("sh:xbench:fork:256", ("fork",)),
-    Workload("sh:xbench:mmap:64", ("mmap", "munmap")),
-    Workload("sh:xbench:file:64", ("write", "read")),
+    Workload("sh:xbench:mmap:32", ("mmap", "munmap")),
+    Workload("sh:xbench:file:32", ("write", "read")),
     Workload("sh:xbench:exec", ("exec",)),
     Workload("sh:xbench:lseek", ("lseek",)),
 ]
@@ -177,6 +177,7 @@ def run(req: BenchRequest, meta: Dict[str, object]) -> BenchData:
                                           params=[] if vanilla else [f"xpfo={mode}"],
                                           timeout=req.timeout, disk=True, extra_disks=disks,
                                           kernel=req.vanilla_kernel if vanilla else None,
+                                          tcg_threads="multi",
                                           label=f"bench-{mode}-{cpus}cpu-r{rnd}")
                 r = guest.run(greq)
                 collect(r, req, mode, cpus, rnd, data)

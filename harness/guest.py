@@ -20,6 +20,7 @@ class GuestRequest:
     extra_disks: Sequence[Path] = ()
     label: str = "run"
     kernel: Optional[Path] = None   # default: the kernel built from the series
+    tcg_threads: str = "single"     # see qemu.Machine
 
 
 @dataclass
@@ -39,7 +40,8 @@ def machine(req: GuestRequest, layout: Layout = LAYOUT) -> qemu.Machine:
     disks = [initramfs.scratch_disk(layout)] if req.disk else []
     return qemu.Machine(kernel=req.kernel or layout.bzimage, initrd=layout.initramfs,
                         cpus=req.cpus,
-                        mem_mb=req.mem_mb, params=params, disks=disks + list(req.extra_disks))
+                        mem_mb=req.mem_mb, params=params, disks=disks + list(req.extra_disks),
+                        tcg_threads=req.tcg_threads)
 
 
 def run(req: GuestRequest, layout: Layout = LAYOUT, echo: bool = False) -> qemu.Run:

@@ -59,6 +59,6 @@ def test_machine_is_data(machine):
     args = m.qemu_args()
     assert args[args.index("-smp") + 1] == "4"
     assert args[args.index("-cpu") + 1] == "max"
-    assert "tcg" in args
+    assert args[args.index("-accel") + 1] == "tcg,thread=multi"
     cmdline = args[args.index("-append") + 1]
     assert "xpfo=sync hugepages=4" in cmdline and "panic=-1" in cmdline
