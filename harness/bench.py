@@ -40,10 +40,10 @@ QUICK = [
 ]
 FULL = [
     Workload("build:{cpus}", BUILD_REPORTS),
-    Workload("sh:xbench:page_fault:16:{cpus}", ("page_fault",)),
+    Workload("sh:xbench:page_fault:64:{cpus}", ("page_fault",)),
     Workload("sh:xbench:fork:256", ("fork",)),
-    Workload("sh:xbench:mmap:32", ("mmap", "munmap")),
-    Workload("sh:xbench:file:32", ("write", "read")),
+    Workload("sh:xbench:mmap:64", ("mmap", "munmap")),
+    Workload("sh:xbench:file:64", ("write", "read")),
     Workload("sh:xbench:exec", ("exec",)),
     Workload("sh:xbench:lseek", ("lseek",)),
 ]

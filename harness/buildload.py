@@ -28,7 +28,7 @@ TOOLS = {
     "usr/lib/gcc/x86_64-linux-gnu/12/cc1": "/usr/lib/gcc/x86_64-linux-gnu/12/cc1",
 }
 BUSYBOX_LINKS = ("sh", "rm", "mkdir", "cat", "true")
-DEFAULT_FILES = 16
+DEFAULT_FILES = 10
 LABEL = "xpfobuild"  # the guest finds the image by this label
 IMAGE_VERSION = "2"  # bump when what goes into the image changes
 _SAVED = re.compile(r"^savedcmd_(\S+) := (.*)$")

@@ -87,7 +87,7 @@ static void fork_bench(size_t mb)
 {
 	size_t len = mb << 20;
 	char *p = map_touch(len);
-	int n = 20;
+	int n = 40;
 	double t = now();
 
 	for (int i = 0; i < n; i++) {
@@ -155,7 +155,7 @@ static void file_bench(size_t mb)
 
 static void exec_bench(void)
 {
-	int n = 40;
+	int n = 100;
 	double t = now();
 
 	for (int i = 0; i < n; i++) {
@@ -174,7 +174,7 @@ static void exec_bench(void)
 static void lseek_bench(void)
 {
 	int fd = open("/dev/null", O_RDONLY);
-	long n = 200000;
+	long n = 1000000;
 	double t = now();
 
 	for (long i = 0; i < n; i++)
