@@ -7,6 +7,7 @@ event count.
 """
 
 import platform
+import re
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from typing import Dict, List, Optional, Sequence
 
 from pathlib import Path
 
-from . import buildload, guest, printer, qemu
+from . import buildload, console, guest, printer, qemu
 
 # A mode is a boot parameter of the series' kernel, except 'vanilla': the
 # same configuration built without the series.
@@ -183,4 +184,28 @@ def run(req: BenchRequest, meta: Dict[str, object]) -> BenchData:
                 collect(r, req, mode, cpus, rnd, data)
                 done += 1
     data.meta["elapsed_s"] = round(time.monotonic() - start, 1)
+    return data
+
+
+_LABEL = re.compile(r"bench-(?P<mode>[a-z]+)-(?P<cpus>\d+)cpu-r(?P<round>\d+)\.log$")
+
+
+def from_logs(logs: Sequence[Path], req: BenchRequest, meta: Dict[str, object]) -> BenchData:
+    """Rebuild the samples of a run from its saved guest logs (offline)."""
+    data = BenchData(meta=dict(meta))
+    seen = []
+    for log in sorted(logs):
+        m = _LABEL.search(log.name)
+        if not m:
+            continue
+        mode, cpus, rnd = m.group("mode"), int(m.group("cpus")), int(m.group("round"))
+        con = console.parse(log.read_text(errors="replace").splitlines())
+        outcome = qemu.Outcome.POWERED_OFF if con.done else qemu.Outcome.CRASHED
+        run = qemu.Run(qemu.Machine(kernel=Path("?"), initrd=Path("?")), outcome, 0.0, con, log)
+        collect(run, req, mode, cpus, rnd, data)
+        seen.append((mode, cpus, rnd))
+    data.meta["modes"] = [m for m in req.modes if any(s[0] == m for s in seen)]
+    data.meta["cpus"] = sorted({s[1] for s in seen})
+    data.meta["rounds"] = len({s[2] for s in seen})
+    data.meta["logs"] = len(seen)
     return data

@@ -240,6 +240,19 @@ def run_bench(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: boo
     data = bench.run(req, meta={"command": command, "series_commit": series_commit(),
                                 "kernel": "6.12 + kernel/patches", "quick": quick,
                                 "kernel_image": str(kernel)})
+    _write_bench(data, outdir, command)
+    return data
+
+
+def _bench_command(args: argparse.Namespace) -> str:
+    parts = ["./xpfo bench", "--modes", *args.modes, "--cpus", *map(str, args.cpus),
+             "--rounds", str(args.rounds)]
+    if args.quick:
+        parts.append("--quick")
+    return " ".join(parts)
+
+
+def _write_bench(data: bench.BenchData, outdir: Path, command: str) -> None:
     tmp = outdir.with_name(outdir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -252,18 +265,22 @@ def run_bench(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: boo
     tmp.rename(outdir)
     printer.raw(text)
     printer.info("bench", f"results, tables and plots in {outdir}")
-    return data
-
-
-def _bench_command(args: argparse.Namespace) -> str:
-    parts = ["./xpfo bench", "--modes", *args.modes, "--cpus", *map(str, args.cpus),
-             "--rounds", str(args.rounds)]
-    if args.quick:
-        parts.append("--quick")
-    return " ".join(parts)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.from_logs:
+        req = bench.BenchRequest(modes=BENCH_MODES, cpus=args.cpus, rounds=args.rounds,
+                                 workloads=bench.QUICK if args.quick else bench.FULL)
+        logs = [Path(p) for p in args.from_logs]
+        missing = [str(p) for p in logs if not p.exists()]
+        if missing:
+            raise HarnessError(f"no such log: {missing[0]}")
+        data = bench.from_logs(logs, req, {"command": _bench_command(args),
+                                           "from_logs": True})
+        outdir = Path(args.out) if args.out else LAYOUT.out / "bench"
+        _write_bench(data, outdir, f"./xpfo bench {'--quick ' if args.quick else ''}"
+                     f"--from-logs <{len(logs)} logs of a run>")
+        return 1 if data.failures else 0
     ensure_kernel(args)
     vanilla = ensure_vanilla(args) if bench.VANILLA in args.modes else None
     outdir = Path(args.out) if args.out else LAYOUT.out / "bench"
@@ -386,6 +403,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--quick", action="store_true", help="small sizes")
     sp.add_argument("--out", help="output directory (default out/bench)")
     sp.add_argument("--jobs", type=positive, default=None)
+    sp.add_argument("--from-logs", nargs="+", metavar="LOG",
+                    help="rebuild the report from saved guest logs (bench-MODE-Ncpu-rR.log)")
     sp = add("demo", cmd_demo, "the main job: build, attack demo, quick benchmark")
     sp.add_argument("--jobs", type=positive, default=None)
     sp = add("series-check", cmd_series_check,
