@@ -298,8 +298,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     printer.info("demo", "quick side-by-side benchmark of the modes")
     data = run_bench(list(MODES), [2], 2, True, LAYOUT.out / "bench-quick",
                      "./xpfo bench --quick --modes " + " ".join(MODES) + " --cpus 2 --rounds 2")
-    ok = all(r["passed"] for r in results) and not data.failures
-    printer.info("demo", "done" if ok else "FAILED (see above)")
+    if data.failures:
+        printer.warn(f"{len(data.failures)} benchmark cells failed (listed in the table); "
+                     "the attack results above stand on their own")
+    ok = all(r["passed"] for r in results)
+    printer.info("demo", "done" if ok else "FAILED: an attack test did not behave as expected")
     return 0 if ok else 1
 
 
