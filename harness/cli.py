@@ -344,6 +344,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    deps.ensure(quiet=True)  # the unit tests use cpio, tar/xz, git and perl too
     cmd = [sys.executable, "-m", "pytest", "-v", "-rs", str(LAYOUT.root / "tests"), *args.pytest_args]
     printer.command(cmd)
     return subprocess.call(cmd, cwd=LAYOUT.root)
