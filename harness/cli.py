@@ -426,7 +426,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check"]:
+        # everything after 'check' belongs to pytest, options included
+        args = argparse.Namespace(func=cmd_check, pytest_args=argv[1:])
+    else:
+        args = parser().parse_args(argv)
     try:
         return int(args.func(args))
     except HarnessError as e:
