@@ -60,6 +60,7 @@ class BenchRequest:
     timeout: float = 1200.0
     build_files: int = buildload.DEFAULT_FILES
     vanilla_kernel: Optional[Path] = None
+    tcg_threads: str = "multi"      # see qemu.Machine
 
 
 @dataclass
@@ -178,7 +179,7 @@ def run(req: BenchRequest, meta: Dict[str, object]) -> BenchData:
                                           params=[] if vanilla else [f"xpfo={mode}"],
                                           timeout=req.timeout, disk=True, extra_disks=disks,
                                           kernel=req.vanilla_kernel if vanilla else None,
-                                          tcg_threads="multi",
+                                          tcg_threads=req.tcg_threads,
                                           label=f"bench-{mode}-{cpus}cpu-r{rnd}")
                 r = guest.run(greq)
                 collect(r, req, mode, cpus, rnd, data)

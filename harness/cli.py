@@ -231,11 +231,12 @@ def series_commit() -> str:
 
 
 def run_bench(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: bool,
-              outdir: Path, command: str, vanilla: Optional[Path] = None) -> bench.BenchData:
+              outdir: Path, command: str, vanilla: Optional[Path] = None,
+              tcg_threads: str = "multi") -> bench.BenchData:
     req = bench.BenchRequest(modes=modes, cpus=cpus, rounds=rounds,
                              workloads=bench.QUICK if quick else bench.FULL,
                              build_files=QUICK_BUILD_FILES if quick else buildload.DEFAULT_FILES,
-                             vanilla_kernel=vanilla)
+                             vanilla_kernel=vanilla, tcg_threads=tcg_threads)
     kernel = LAYOUT.bzimage
     data = bench.run(req, meta={"command": command, "series_commit": series_commit(),
                                 "kernel": "6.12 + kernel/patches", "quick": quick,

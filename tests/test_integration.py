@@ -98,8 +98,9 @@ def test_stress_smp4(kernel, mode):
 
 
 def test_tiny_benchmark_end_to_end(kernel, tmp_path):
+    # single-threaded TCG, as for the other tests (docs/TESTING.md)
     data = cli.run_bench(["off", "sync"], [2], 1, True, tmp_path / "bench",
-                         "tiny benchmark from the test suite")
+                         "tiny benchmark from the test suite", tcg_threads="single")
     assert not data.failures, data.failures
     cells = {(s["workload"], s["mode"]) for s in data.samples}
     for w in ("build_sys", "page_fault", "fork", "mmap", "munmap", "write", "read", "exec",
