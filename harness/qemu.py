@@ -26,7 +26,7 @@ class Machine:
     cpus: int = 2
     mem_mb: int = 1024
     params: Sequence[str] = ()
-    disks: Sequence[Path] = ()   # virtio disks: /dev/vda, /dev/vdb, ...
+    disks: Sequence[Path] = ()   # virtio disks: /dev/vda, ...; never written
     extra_args: Sequence[str] = ()
     # "single": all vCPUs on one host thread. Multi-threaded TCG has been
     # seen to execute a stale INT3 of the kernel's own text patching (see
@@ -51,8 +51,12 @@ class Machine:
             args += ["-serial", "mon:stdio"]
         else:
             args += ["-serial", "stdio", "-monitor", "none"]
+        # snapshot=on: the guest's writes go to a temporary overlay, so every
+        # boot sees the image as built, and a guest killed mid-write (a
+        # timeout, a crash) cannot leave a broken file system for later runs.
         for disk in self.disks:
-            args += ["-drive", f"file={disk},if=virtio,format=raw,cache=unsafe"]
+            args += ["-drive",
+                     f"file={disk},if=virtio,format=raw,cache=unsafe,snapshot=on"]
         return args + list(self.extra_args)
 
 
