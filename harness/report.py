@@ -9,13 +9,22 @@ from . import stats
 COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             ("xpfo_flush_ipi_sent", "IPIs sent"), ("xpfo_flush_ipi_received", "IPIs recv"),
             ("xpfo_deferred_flush", "deferred flushes"),
-            ("xpfo_batch_preflushed", "served pre-flushed"), ("xpfo_kmap", "kmaps")]
+            ("xpfo_batch_preflushed", "served pre-flushed"),
+            ("xpfo_batch_kept", "freed unmapped"), ("xpfo_kmap", "kmaps")]
 
 
 def user_pages(s: dict) -> int:
-    """Pages the workload touched; for a build, the user frames XPFO saw."""
-    return s["user_pages"] or (s["counters"].get("xpfo_unmap", 0)
-                               + s["counters"].get("xpfo_skip_atomic", 0))
+    """The denominator of the event counts: the pages the workload says it
+    allocated, else the user pages the kernel handed out during it
+    (xpfo_user_pages, counted in every protected mode). Logs from kernels
+    without that counter fall back to the frames unmapped, which batch
+    mode's reuse of unmapped frames makes too small."""
+    c = s["counters"]
+    if s["user_pages"]:
+        return s["user_pages"]
+    if "xpfo_user_pages" in c:
+        return c["xpfo_user_pages"]
+    return c.get("xpfo_unmap", 0) + c.get("xpfo_skip_atomic", 0)
 
 
 def _index(samples: List[dict]) -> Dict[Tuple[str, int, str], Dict[int, dict]]:

@@ -98,3 +98,15 @@ def test_window_result_is_collected_and_reported():
     bench.collect(_run(lines), REQ, "deferred", 1, 0, data)
     assert data.windows[0]["count"] == 3
     assert "| deferred | 1 | 3 | 2.0 us | 2.0 us | 1.9 us |" in report.tables(data)
+
+
+def test_event_counts_are_normalised_by_user_pages_handed_out():
+    s = {"user_pages": 0, "counters": {"xpfo_user_pages": 4000, "xpfo_unmap": 100,
+                                       "xpfo_skip_atomic": 0}}
+    # batch mode reuses unmapped frames: the unmaps are not the denominator
+    assert report.user_pages(s) == 4000
+    # the workload's own figure comes first, in every mode alike
+    assert report.user_pages(dict(s, user_pages=2048)) == 2048
+    # logs of kernels without the counter
+    old = {"user_pages": 0, "counters": {"xpfo_unmap": 100, "xpfo_skip_atomic": 2}}
+    assert report.user_pages(old) == 102

@@ -95,6 +95,11 @@ def test_stress_smp4(kernel, mode):
         assert c["xpfo_deferred_flush"] > 0
     if mode == "batch":
         assert c["xpfo_batch_preflushed"] > 0
+        # freed user frames stay unmapped and most reuse needs no unmap
+        assert c["xpfo_batch_kept"] > 0
+        assert c["xpfo_batch_preflushed"] > c["xpfo_unmap"]
+    if mode != "off":
+        assert c["xpfo_user_pages"] >= c["xpfo_batch_preflushed"]
 
 
 def test_tiny_benchmark_end_to_end(kernel, tmp_path):
