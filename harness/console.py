@@ -93,6 +93,10 @@ class Console:
 _RESULT = re.compile(r"RESULT (.*?)\s*$")
 _BEGIN = re.compile(r"^XH-STEP-BEGIN (\S+)")
 _END = re.compile(r"^XH-STEP-END (\S+) (-?\d+)")
+# A kernel message, which the console can print in the middle of a line that
+# userspace is writing.
+_KMSG = re.compile(r"\[\s*\d+\.\d+\] ")
+_SPLIT_MAX = 20  # kernel lines to wait through for the rest of a RESULT
 _KTAP_SUITE = re.compile(r"^\s*# Subtest: (\S+)")
 _KTAP_CASE = re.compile(r"^(\s+)(not ok|ok) \d+ (\S+)(?:\s+#\s*(SKIP|TODO).*)?$")
 
@@ -105,9 +109,14 @@ class Parser:
         self._current: Optional[str] = None
         self._incident: Optional[Incident] = None
         self._suite: Optional[str] = None
+        # A RESULT line cut by a kernel message: its text so far, and how
+        # many kernel lines have come since.
+        self._split: Optional[str] = None
+        self._split_lines = 0
 
     def feed(self, raw: str) -> None:
         c = self.console
+        kmsg = bool(_KMSG.match(_PREFIX.sub("", raw, count=1)))
         line = strip(raw)
         c.lines.append(line)
         ended = False
@@ -123,6 +132,22 @@ class Parser:
                     c.incidents.append(inc)
                     self._incident = inc
                 break
+        if self._split is not None:
+            if not kmsg:
+                text, self._split = self._split + line, None
+                try:
+                    json.loads(text)
+                except json.JSONDecodeError:
+                    # not the rest of it: report, and take the line as it is
+                    c.errors.append(f"RESULT line cut and not completed: {text}")
+                else:
+                    self._result(text, line)
+                    return
+            else:
+                self._split_lines += 1
+            if self._split is not None and self._split_lines > _SPLIT_MAX:
+                c.errors.append(f"RESULT line never completed: {self._split}")
+                self._split = None
         m = _BEGIN.match(line)
         if m:
             self._current = m.group(1)
@@ -143,19 +168,12 @@ class Parser:
             return
         m = _RESULT.search(line)
         if m:
-            try:
-                res = json.loads(m.group(1))
-            except json.JSONDecodeError as e:
-                c.errors.append(f"bad RESULT line ({e}): {line}")
+            cut = _KMSG.search(m.group(1))
+            if cut:
+                # The rest of the JSON follows the kernel's lines.
+                self._split, self._split_lines = m.group(1)[:cut.start()], 0
                 return
-            if not isinstance(res, dict):
-                c.errors.append(f"RESULT is not an object: {line}")
-                return
-            step = str(res.get("step", self._current or "?"))
-            if step not in c.steps:
-                c.steps[step] = Step(step)
-                c.order.append(step)
-            c.steps[step].results.append(res)
+            self._result(m.group(1), line)
             return
         m = _KTAP_SUITE.search(line)
         if m:
@@ -169,6 +187,23 @@ class Parser:
                 c.ktap.append(KtapCase(self._suite, m.group(3), status))
         if self._current is not None:
             c.steps[self._current].lines.append(line)
+
+
+    def _result(self, text: str, line: str) -> None:
+        c = self.console
+        try:
+            res = json.loads(text)
+        except json.JSONDecodeError as e:
+            c.errors.append(f"bad RESULT line ({e}): {line}")
+            return
+        if not isinstance(res, dict):
+            c.errors.append(f"RESULT is not an object: {line}")
+            return
+        step = str(res.get("step", self._current or "?"))
+        if step not in c.steps:
+            c.steps[step] = Step(step)
+            c.order.append(step)
+        c.steps[step].results.append(res)
 
 
 def parse(lines: Iterable[str]) -> Console:

@@ -64,3 +64,26 @@ def test_bad_result_line_is_recorded_not_raised():
                          "XH-STEP-END x 0"])
     assert len(con.errors) == 2
     assert con.steps["x"].results == []
+
+
+def test_result_line_cut_by_kernel_messages_is_put_back_together():
+    # seen in a benchmark log: printk wrote in the middle of userspace's line
+    con = console.parse([
+        "XH-STEP-BEGIN vmstat:start",
+        'RESULT {"label": "start", "counters": {[    1.975890] tsc: Refined TSC '
+        "clocksource calibration: 1999.977 MHz",
+        "[    1.979365] clocksource: tsc: mask: 0xffffffffffffffff",
+        "[    1.983780] clocksource: Switched to clocksource tsc",
+        '"pgfault": 906, "xpfo_unmap": 1391}}',
+        "XH-STEP-END vmstat:start 0"])
+    assert con.errors == []
+    assert con.steps["vmstat:start"].results == [
+        {"label": "start", "counters": {"pgfault": 906, "xpfo_unmap": 1391}}]
+    assert con.steps["vmstat:start"].ended
+
+
+def test_result_line_cut_and_never_completed_is_an_error():
+    con = console.parse(['XH-STEP-BEGIN x', 'RESULT {"a": [    2.000000] msg',
+                         "XH-STEP-END x 0"])
+    assert len(con.errors) == 1 and con.steps["x"].results == []
+    assert con.steps["x"].ended
