@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from . import attacks, bench, buildload, series, build, console, deps, guest, initramfs, printer, qemu, report, source
 from .errors import HarnessError
@@ -276,11 +276,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         missing = [str(p) for p in logs if not p.exists()]
         if missing:
             raise HarnessError(f"no such log: {missing[0]}")
-        data = bench.from_logs(logs, req, {"command": _bench_command(args),
-                                           "from_logs": True})
         outdir = Path(args.out) if args.out else LAYOUT.out / "bench"
-        _write_bench(data, outdir, f"./xpfo bench {'--quick ' if args.quick else ''}"
-                     f"--from-logs <{len(logs)} logs of a run>")
+        # The run's own description (host, QEMU, series, date), when the
+        # report being rebuilt is that run's.
+        meta: Dict[str, object] = {}
+        try:
+            meta = json.loads((outdir / "results.json").read_text())["meta"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        meta.update({"command": _bench_command(args), "from_logs": True})
+        data = bench.from_logs(logs, req, meta)
+        _write_bench(data, outdir, f"{_bench_command(args)}`; report rebuilt from its "
+                     f"{len(logs)} guest logs with `./xpfo bench "
+                     f"{'--quick ' if args.quick else ''}--from-logs LOG...")
         return 1 if data.failures else 0
     ensure_kernel(args)
     vanilla = ensure_vanilla(args) if bench.VANILLA in args.modes else None
