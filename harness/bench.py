@@ -119,6 +119,10 @@ def collect(run: qemu.Run, req: BenchRequest, mode: str, cpus: int, rnd: int,
             elif r is None:
                 reason = (f"guest {run.outcome.value}" if run.outcome is not
                           qemu.Outcome.POWERED_OFF else "no result")
+                # a crash outside any workload (at boot, say): name it
+                early = con.incidents_in(None)
+                if early and run.outcome is not qemu.Outcome.POWERED_OFF:
+                    reason += f" ({early[0].kind} outside any step: {early[0].first_line})"
             elif st is not None and st.exit_status not in (0, None):
                 reason = f"exit status {st.exit_status}"
             if reason:

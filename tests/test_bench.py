@@ -110,3 +110,14 @@ def test_event_counts_are_normalised_by_user_pages_handed_out():
     # logs of kernels without the counter
     old = {"user_pages": 0, "counters": {"xpfo_unmap": 100, "xpfo_skip_atomic": 2}}
     assert report.user_pages(old) == 102
+
+
+def test_crash_at_boot_names_the_report_in_every_cell():
+    boot = ["Oops: int3: 0000 [#1] PREEMPT SMP NOPTI",
+            "RIP: 0010:sched_clock_idle_wakeup_event+0x5/0x30",
+            "Kernel panic - not syncing: Fatal exception in interrupt"]
+    data = bench.BenchData()
+    bench.collect(_run(boot, qemu.Outcome.CRASHED), REQ, "off", 2, 2, data)
+    assert data.samples == [] and len(data.failures) == 3
+    assert all(f["reason"].startswith("guest crashed (") and "int3" in f["reason"]
+               for f in data.failures)
