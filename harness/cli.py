@@ -324,7 +324,11 @@ def cmd_series_check(args: argparse.Namespace) -> int:
         path = LAYOUT.root / "docs" / "SERIES.md"
         path.parent.mkdir(exist_ok=True)
         path.write_text("# Series check\n\nCommand: `./xpfo series-check --write`, "
-                        f"{time.strftime('%Y-%m-%d', time.gmtime())}.\n\n{text}\n")
+                        f"{time.strftime('%Y-%m-%d', time.gmtime())}.\n\n"
+                        "Each patch is checked out in `build/series-src` and built in "
+                        "`build/series-obj` over the previous patch's objects, with "
+                        "ccache: build times are incremental, not clean builds.\n\n"
+                        f"{text}\n")
     ok = all(r.build_ok and r.errors == 0 for r in results)
     return 0 if ok else 1
 
