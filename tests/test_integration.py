@@ -115,6 +115,8 @@ def test_tiny_benchmark_end_to_end(kernel, tmp_path):
     # sync unmaps (and flushes) every page the workload touched; off unmaps none
     assert pf["sync"]["counters"]["xpfo_unmap"] >= pf["sync"]["user_pages"]
     assert pf["sync"]["counters"]["xpfo_flush_ipi_sent"] > 0
+    # and the kernel counted at least those pages as handed to userspace
+    assert pf["sync"]["counters"]["xpfo_user_pages"] >= pf["sync"]["user_pages"]
     assert pf["off"]["counters"]["xpfo_unmap"] == 0
     assert pf["off"]["counters"]["xpfo_flush_ipi_sent"] == 0
     assert all(s["value"] > 0 for s in data.samples)
