@@ -49,7 +49,9 @@ def test_attacks_both_sides(attack_runs, mode):
 @pytest.mark.parametrize("mode", ["sync", "deferred", "batch"])
 def test_kunit_suite(attack_runs, mode):
     k = attack_runs[mode]["kunit"]
-    assert k["fail"] == 0 and k["pass"] >= 10 and k["skip"] == 0, k
+    # one case (a freed user frame stays unmapped) is for batch mode only
+    skips = 0 if mode == "batch" else 1
+    assert k["fail"] == 0 and k["pass"] >= 11 and k["skip"] == skips, k
 
 
 def test_kunit_suite_skips_itself_when_off(attack_runs):
