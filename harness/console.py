@@ -188,7 +188,6 @@ class Parser:
         if self._current is not None:
             c.steps[self._current].lines.append(line)
 
-
     def _result(self, text: str, line: str) -> None:
         c = self.console
         try:
