@@ -3,7 +3,7 @@
 import os
 import shutil
 import subprocess
-from typing import List
+from typing import Dict, List
 
 from . import printer
 from .errors import HarnessError
@@ -30,13 +30,21 @@ PACKAGES = {
     "e2fsprogs": "/sbin/mke2fs",
 }
 
+# Static libraries upstream's mm selftests link (./xpfo selftests only).
+SELFTEST_PACKAGES = {
+    "libcap-dev": "/usr/lib/x86_64-linux-gnu/libcap.a",
+    "libnuma-dev": "/usr/lib/x86_64-linux-gnu/libnuma.a",
+    "liburing-dev": "/usr/lib/x86_64-linux-gnu/liburing.a",
+    "rsync": "/usr/bin/rsync",
+}
 
-def missing() -> List[str]:
-    return [pkg for pkg, path in PACKAGES.items() if not os.path.exists(path)]
+
+def missing(packages: Dict[str, str] = PACKAGES) -> List[str]:
+    return [pkg for pkg, path in packages.items() if not os.path.exists(path)]
 
 
-def ensure(quiet: bool = False) -> None:
-    need = missing()
+def ensure(quiet: bool = False, packages: Dict[str, str] = PACKAGES) -> None:
+    need = missing(packages)
     if not need:
         if not quiet:
             printer.info("setup", "all Debian packages present")
@@ -54,6 +62,6 @@ def ensure(quiet: bool = False) -> None:
         if r.returncode != 0:
             raise HarnessError(f"{' '.join(cmd[:3])} failed:\n{r.stdout[-1500:]}{r.stderr[-1500:]}",
                                "check the network to Debian's mirrors and free disk space")
-    still = missing()
+    still = missing(packages)
     if still:
         raise HarnessError(f"packages still missing after apt-get: {' '.join(still)}")
