@@ -6,12 +6,14 @@ snapshot of the kernel's counters, and the difference is the workload's
 event count.
 """
 
+import dataclasses
+import os
 import platform
 import re
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from pathlib import Path
 
@@ -30,24 +32,97 @@ class Workload:
 
 BUILD_REPORTS = ("build_sys", "build_user", "build_elapsed")
 
-QUICK = [
-    Workload("build:{cpus}", BUILD_REPORTS),
-    Workload("sh:xbench:page_fault:8:{cpus}", ("page_fault",)),
-    Workload("sh:xbench:fork:32", ("fork",)),
-    Workload("sh:xbench:mmap:8", ("mmap", "munmap")),
-    Workload("sh:xbench:file:8", ("write", "read")),
-    Workload("sh:xbench:exec", ("exec",)),
-    Workload("sh:xbench:lseek", ("lseek",)),
-]
-FULL = [
-    Workload("build:{cpus}", BUILD_REPORTS),
-    Workload("sh:xbench:page_fault:64:{cpus}", ("page_fault",)),
-    Workload("sh:xbench:fork:256", ("fork",)),
-    Workload("sh:xbench:mmap:64", ("mmap", "munmap")),
-    Workload("sh:xbench:file:64", ("write", "read")),
-    Workload("sh:xbench:exec", ("exec",)),
-    Workload("sh:xbench:lseek", ("lseek",)),
-]
+# The huge-page policy of every workload, as the report and the docs state it.
+# The guest's THP setting is `always`: a workload that does not choose would
+# measure 2 MiB zeroing. "4K" workloads map with MADV_NOHUGEPAGE and are
+# checked (page faults counted while populating >= pages); "THP" ones map a
+# 2 MiB-aligned range with MADV_HUGEPAGE and are checked (THP faults >=
+# pages / 512); a cell that fails its check is a failed cell.
+POLICY = {
+    "build_sys": "whatever the compiler gets: THP `always`, unchecked",
+    "build_user": "as build_sys",
+    "build_elapsed": "as build_sys",
+    "page_fault": "4K: MADV_NOHUGEPAGE; checked: page faults >= pages",
+    "page_fault_thp": "THP: 2 MiB-aligned, MADV_HUGEPAGE; checked: THP faults >= pages/512",
+    "page_fault_shared": "4K: tmpfs file (huge=never), MAP_SHARED, MADV_NOHUGEPAGE; "
+                         "checked: page faults >= pages",
+    "fork": "4K: MADV_NOHUGEPAGE; checked at set-up: page faults >= pages",
+    "fork_thp": "THP: 2 MiB-aligned, MADV_HUGEPAGE; checked at set-up: THP faults >= pages/512",
+    "mmap": "4K: MADV_NOHUGEPAGE; checked: page faults >= pages",
+    "munmap": "4K (the mappings of mmap)",
+    "write": "tmpfs page cache (huge=never: 4K), unchecked",
+    "read": "tmpfs page cache (huge=never: 4K), warm, unchecked",
+    "disk_read": "ext2 page cache (4K folios), cache dropped before each read; "
+                 "checked: KiB paged in >= 4 x pages",
+    "exec": "no memory of its own",
+    "lseek": "no memory work",
+}
+
+
+def _workloads(mb: int, fork_mb: int) -> List[Workload]:
+    return [
+        Workload("build:{cpus}", BUILD_REPORTS),
+        Workload(f"sh:xbench:page_fault:{mb}:{{cpus}}", ("page_fault",)),
+        Workload(f"sh:xbench:page_fault_thp:{mb}:{{cpus}}", ("page_fault_thp",)),
+        Workload(f"sh:xbench:page_fault_shared:{mb}:{{cpus}}", ("page_fault_shared",)),
+        Workload(f"sh:xbench:fork:{fork_mb}", ("fork",)),
+        Workload(f"sh:xbench:fork_thp:{fork_mb}", ("fork_thp",)),
+        Workload(f"sh:xbench:mmap:{mb}", ("mmap", "munmap")),
+        Workload(f"sh:xbench:file:{mb}", ("write", "read")),
+        Workload(f"sh:xbench:disk_read:{mb}", ("disk_read",)),
+        Workload("sh:xbench:exec", ("exec",)),
+        Workload("sh:xbench:lseek", ("lseek",)),
+    ]
+
+
+QUICK = _workloads(8, 32)
+FULL = _workloads(64, 256)
+
+# vCPU counts of the default run: the seed's scaling curve, cut at the host's
+# cores. More vCPUs than host cores measure the host's scheduler, not the
+# kernel: such a column is run only when asked for, and marked.
+CPU_STEPS = (1, 2, 4, 8)
+
+
+def default_cpus(host_cpus: Optional[int] = None) -> List[int]:
+    host = host_cpus or os.cpu_count() or 1
+    return [c for c in CPU_STEPS if c <= host] or [1]
+
+
+def oversubscribed(cpus: Sequence[int], host_cpus: object) -> List[int]:
+    """The vCPU counts above the host's cores (none when they are unknown)."""
+    try:
+        host = int(host_cpus)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return []
+    return sorted({c for c in cpus if c > host})
+
+
+def check(r: dict) -> Optional[str]:
+    """Why a workload's result does not measure what its policy says, or None.
+
+    4K: a page fault per page populated, and no THP faults. THP: a THP fault
+    per 2 MiB. A read from disk: at least the file's size paged in."""
+    chk = r.get("check")
+    if not isinstance(chk, dict):
+        return None
+    pages = int(chk.get("pages", 0))
+    faults, thp = int(chk.get("pgfault", 0)), int(chk.get("thp_fault_alloc", 0))
+    huge = r.get("huge")
+    if huge == "4k":
+        if faults < pages:
+            return (f"4K policy not held: {faults} page faults for {pages} pages "
+                    f"({thp} THP faults)")
+        if thp:
+            return f"4K policy not held: {thp} THP faults while populating {pages} pages"
+    elif huge == "thp":
+        if thp < pages // 512:
+            return (f"THP policy not held: {thp} THP faults for {pages} pages "
+                    f"(want {pages // 512})")
+    if "pgpgin_kb" in chk and int(chk["pgpgin_kb"]) * 1024 < pages * 4096:
+        return (f"not read from disk: {chk['pgpgin_kb']} KiB paged in for "
+                f"{pages * 4} KiB read (page cache not dropped?)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -87,20 +162,38 @@ DEFERRED_MODES = ("deferred", "batch")
 
 def steps_for(req: BenchRequest, cpus: int, mode: str = "") -> List[str]:
     window = mode in DEFERRED_MODES
-    steps = (["window:reset"] if window else []) + ["vmstat:start"]
+    steps = (["window:reset"] if window else [])
+    if any(":disk_read" in wl.step for wl in req.workloads):
+        steps.append("disk")    # ext2 on the scratch disk, at /mnt/scratch
+    steps.append("vmstat:start")
     for i, wl in enumerate(req.workloads):
         steps += [wl.step.format(cpus=cpus), f"vmstat:{i}"]
     return steps + (["window"] if window else [])
 
 
+def _boot_incident(con) -> Optional[str]:
+    """The first kernel problem report anywhere in the boot, as a reason."""
+    if not con.incidents:
+        return None
+    inc = con.incidents[0]
+    where = f"in {inc.step}" if inc.step else "outside any step"
+    more = f" (+{len(con.incidents) - 1} more)" if len(con.incidents) > 1 else ""
+    return f"{inc.kind} {where}: {inc.first_line}{more}"
+
+
 def collect(run: qemu.Run, req: BenchRequest, mode: str, cpus: int, rnd: int,
             data: BenchData) -> None:
-    """Turn one guest run into samples; anything missing becomes a failure."""
+    """Turn one guest run into samples; anything missing becomes a failure.
+
+    A kernel problem report (oops, BUG, WARNING, ...) anywhere in the boot,
+    at boot or in any step, fails every cell of that boot: a kernel that
+    warned is not one to take figures from."""
     con = run.console
     win = con.steps.get("window")
     if win is not None and win.results and win.results[0].get("window"):
         data.windows.append({"mode": mode, "cpus": cpus, "round": rnd,
                              **win.results[0]["window"]})
+    boot_reason = _boot_incident(con)
     prev = _counters(con, "start")
     for i, wl in enumerate(req.workloads):
         step_name = wl.step.format(cpus=cpus)
@@ -109,29 +202,59 @@ def collect(run: qemu.Run, req: BenchRequest, mode: str, cpus: int, rnd: int,
         delta = _delta(after, prev) if after is not None and prev is not None else {}
         prev = after
         results = {r.get("workload"): r for r in (st.results if st else [])}
-        incidents = con.incidents_in(step_name)
         for name in wl.reports:
             cell = {"mode": mode, "cpus": cpus, "round": rnd, "workload": name}
             r = results.get(name)
             reason = None
-            if incidents:
-                reason = f"{incidents[0].kind}: {incidents[0].first_line}"
+            if boot_reason:
+                reason = boot_reason
             elif r is None:
                 reason = (f"guest {run.outcome.value}" if run.outcome is not
                           qemu.Outcome.POWERED_OFF else "no result")
-                # a crash outside any workload (at boot, say): name it
-                early = con.incidents_in(None)
-                if early and run.outcome is not qemu.Outcome.POWERED_OFF:
-                    reason += f" ({early[0].kind} outside any step: {early[0].first_line})"
             elif st is not None and st.exit_status not in (0, None):
                 reason = f"exit status {st.exit_status}"
+            else:
+                reason = check(r)
             if reason:
                 data.failures.append({**cell, "reason": reason, "log": str(run.log)})
                 continue
-            data.samples.append({**cell, "value": r["value"], "unit": r["unit"],
-                                 "better": r["better"], "seconds": r["seconds"],
-                                 "user_pages": r.get("user_pages", 0),
-                                 "counters": delta, "step": step_name})
+            # The workload's own counters cover its timed part only (fork's
+            # set-up is outside); older guests only had the step's.
+            counters = r["counters"] if isinstance(r.get("counters"), dict) else delta
+            sample = {**cell, "value": r["value"], "unit": r["unit"],
+                      "better": r["better"], "seconds": r["seconds"],
+                      "user_pages": r.get("user_pages", 0),
+                      "counters": counters, "step": step_name}
+            for key in ("huge", "check"):
+                if key in r:
+                    sample[key] = r[key]
+            data.samples.append(sample)
+
+
+def runner_started(con) -> bool:
+    return any(line.startswith("XH-STEP-BEGIN") for line in con.lines)
+
+
+def needs_retry(run: qemu.Run) -> bool:
+    """A guest that died before its runner started (a crash at boot: not a
+    figure of any workload) is booted again, once."""
+    return (run.outcome in (qemu.Outcome.CRASHED, qemu.Outcome.TIMEOUT)
+            and not runner_started(run.console))
+
+
+def boot(greq: guest.GuestRequest, cell: Dict[str, object],
+         runner: Callable[[guest.GuestRequest], qemu.Run] = guest.run,
+         ) -> Tuple[qemu.Run, Optional[dict]]:
+    """Run one benchmark boot, again once when it died before its runner;
+    the retry, when there was one, is described for the report."""
+    r = runner(greq)
+    if not needs_retry(r):
+        return r, None
+    why = _boot_incident(r.console) or f"guest {r.outcome.value} before its runner started"
+    printer.warn(f"{greq.label}: {why}; booting it again, once")
+    again = runner(dataclasses.replace(greq, label=greq.label + "-retry"))
+    return again, {**cell, "reason": why, "log": str(r.log), "retry_log": str(again.log),
+                   "retry_outcome": again.outcome.value}
 
 
 def host_meta() -> Dict[str, object]:
@@ -158,10 +281,19 @@ def host_meta() -> Dict[str, object]:
     }
 
 
-def run(req: BenchRequest, meta: Dict[str, object]) -> BenchData:
+def run(req: BenchRequest, meta: Dict[str, object], kernel: Optional[Path] = None,
+        ) -> BenchData:
+    """kernel: the series' image to boot (default: the one built in build/)."""
     data = BenchData(meta={**meta, **host_meta(), "modes": list(req.modes),
                            "cpus": list(req.cpus), "rounds": req.rounds,
-                           "workloads": [w.step for w in req.workloads]})
+                           "workloads": [w.step for w in req.workloads],
+                           "policy": {n: POLICY.get(n, "") for w in req.workloads
+                                      for n in w.reports}})
+    data.meta["oversubscribed"] = oversubscribed(req.cpus, data.meta.get("host_cpus"))
+    data.meta["retries"] = []
+    for c in data.meta["oversubscribed"]:
+        printer.warn(f"{c} vCPUs on {data.meta.get('host_cpus')} host cores: oversubscribed, "
+                     "reported but not judged")
     total = req.rounds * len(req.cpus) * len(req.modes)
     disks = []
     if any(w.step.startswith("build") for w in req.workloads):
@@ -182,35 +314,63 @@ def run(req: BenchRequest, meta: Dict[str, object]) -> BenchData:
                                           mem_mb=req.mem_mb,
                                           params=[] if vanilla else [f"xpfo={mode}"],
                                           timeout=req.timeout, disk=True, extra_disks=disks,
-                                          kernel=req.vanilla_kernel if vanilla else None,
+                                          kernel=req.vanilla_kernel if vanilla else kernel,
                                           tcg_threads=req.tcg_threads,
                                           label=f"bench-{mode}-{cpus}cpu-r{rnd}")
-                r = guest.run(greq)
+                r, retry = boot(greq, {"mode": mode, "cpus": cpus, "round": rnd})
+                if retry:
+                    data.meta["retries"].append(retry)
                 collect(r, req, mode, cpus, rnd, data)
                 done += 1
     data.meta["elapsed_s"] = round(time.monotonic() - start, 1)
     return data
 
 
-_LABEL = re.compile(r"bench-(?P<mode>[a-z]+)-(?P<cpus>\d+)cpu-r(?P<round>\d+)\.log$")
+_LABEL = re.compile(r"bench-(?P<mode>[a-z]+)-(?P<cpus>\d+)cpu-r(?P<round>\d+)"
+                    r"(?P<retry>-retry)?\.log$")
+
+
+def _parse_log(log: Path) -> qemu.Run:
+    con = console.parse(log.read_text(errors="replace").splitlines())
+    outcome = qemu.Outcome.POWERED_OFF if con.done else qemu.Outcome.CRASHED
+    return qemu.Run(qemu.Machine(kernel=Path("?"), initrd=Path("?")), outcome, 0.0, con, log)
 
 
 def from_logs(logs: Sequence[Path], req: BenchRequest, meta: Dict[str, object]) -> BenchData:
-    """Rebuild the samples of a run from its saved guest logs (offline)."""
+    """Rebuild the samples of a run from its saved guest logs (offline).
+
+    A boot that was retried has two logs, the second ending in -retry: the
+    retry's figures count and the first is listed as a retry."""
     data = BenchData(meta=dict(meta))
-    seen = []
+    boots: Dict[Tuple[str, int, int], Dict[bool, Path]] = {}
     for log in sorted(logs):
         m = _LABEL.search(log.name)
         if not m:
             continue
-        mode, cpus, rnd = m.group("mode"), int(m.group("cpus")), int(m.group("round"))
-        con = console.parse(log.read_text(errors="replace").splitlines())
-        outcome = qemu.Outcome.POWERED_OFF if con.done else qemu.Outcome.CRASHED
-        run = qemu.Run(qemu.Machine(kernel=Path("?"), initrd=Path("?")), outcome, 0.0, con, log)
+        key = (m.group("mode"), int(m.group("cpus")), int(m.group("round")))
+        boots.setdefault(key, {})[bool(m.group("retry"))] = log
+    retries = []
+    for (mode, cpus, rnd), pair in sorted(boots.items(), key=lambda kv: (kv[0][2], kv[0][1],
+                                                                          kv[0][0])):
+        if True in pair and False in pair:
+            first, again = _parse_log(pair[False]), _parse_log(pair[True])
+            why = (_boot_incident(first.console)
+                   or f"guest {first.outcome.value} before its runner started")
+            retries.append({"mode": mode, "cpus": cpus, "round": rnd, "reason": why,
+                            "log": str(pair[False]), "retry_log": str(pair[True]),
+                            "retry_outcome": again.outcome.value})
+            run = again
+        else:
+            run = _parse_log(pair.get(True) or pair[False])
         collect(run, req, mode, cpus, rnd, data)
-        seen.append((mode, cpus, rnd))
+    seen = list(boots)
     data.meta["modes"] = [m for m in req.modes if any(s[0] == m for s in seen)]
     data.meta["cpus"] = sorted({s[1] for s in seen})
     data.meta["rounds"] = len({s[2] for s in seen})
-    data.meta["logs"] = len(seen)
+    data.meta["logs"] = sum(len(p) for p in boots.values())
+    data.meta["retries"] = retries
+    data.meta["oversubscribed"] = oversubscribed(
+        data.meta["cpus"], meta.get("host_cpus") or os.cpu_count())
+    data.meta.setdefault("policy", {n: POLICY.get(n, "") for w in req.workloads
+                                    for n in w.reports})
     return data

@@ -232,15 +232,15 @@ def series_commit() -> str:
 
 def run_bench(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: bool,
               outdir: Path, command: str, vanilla: Optional[Path] = None,
-              tcg_threads: str = "multi") -> bench.BenchData:
+              tcg_threads: str = "multi", kernel: Optional[Path] = None) -> bench.BenchData:
     req = bench.BenchRequest(modes=modes, cpus=cpus, rounds=rounds,
                              workloads=bench.QUICK if quick else bench.FULL,
                              build_files=QUICK_BUILD_FILES if quick else buildload.DEFAULT_FILES,
                              vanilla_kernel=vanilla, tcg_threads=tcg_threads)
-    kernel = LAYOUT.bzimage
     data = bench.run(req, meta={"command": command, "series_commit": series_commit(),
                                 "kernel": "6.12 + kernel/patches", "quick": quick,
-                                "kernel_image": str(kernel)})
+                                "kernel_image": str(kernel or LAYOUT.bzimage)},
+                     kernel=kernel)
     _write_bench(data, outdir, command)
     return data
 
@@ -250,6 +250,8 @@ def _bench_command(args: argparse.Namespace) -> str:
              "--rounds", str(args.rounds)]
     if args.quick:
         parts.append("--quick")
+    if getattr(args, "kernel", None):
+        parts += ["--kernel", args.kernel]
     return " ".join(parts)
 
 
@@ -269,6 +271,8 @@ def _write_bench(data: bench.BenchData, outdir: Path, command: str) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if not args.cpus:
+        args.cpus = bench.default_cpus()
     if args.from_logs:
         req = bench.BenchRequest(modes=BENCH_MODES, cpus=args.cpus, rounds=args.rounds,
                                  workloads=bench.QUICK if args.quick else bench.FULL)
@@ -290,11 +294,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
                      f"{len(logs)} guest logs with `./xpfo bench "
                      f"{'--quick ' if args.quick else ''}--from-logs LOG...")
         return 1 if data.failures else 0
-    ensure_kernel(args)
+    kernel = None
+    if args.kernel:
+        # a given image: nothing is built (the initramfs is, when stale)
+        kernel = Path(args.kernel).resolve()
+        if not kernel.is_file():
+            raise HarnessError(f"no such kernel image: {kernel}")
+        initramfs.build(LAYOUT)
+    else:
+        ensure_kernel(args)
     vanilla = ensure_vanilla(args) if bench.VANILLA in args.modes else None
     outdir = Path(args.out) if args.out else LAYOUT.out / "bench"
     data = run_bench(args.modes, args.cpus, args.rounds, args.quick, outdir,
-                     _bench_command(args), vanilla)
+                     _bench_command(args), vanilla, kernel=kernel)
     return 1 if data.failures else 0
 
 
@@ -415,11 +427,15 @@ def parser() -> argparse.ArgumentParser:
     sp = add("bench", cmd_bench, "side-by-side benchmark of the modes, tables and plots")
     sp.add_argument("--modes", nargs="+", choices=BENCH_MODES, default=list(BENCH_MODES),
                     help="'vanilla' is the same configuration built without the series")
-    sp.add_argument("--cpus", nargs="+", type=positive, default=[1, 2, 4])
+    sp.add_argument("--cpus", nargs="+", type=positive, default=None,
+                    help="vCPU counts (default: 1 2 4 8 up to the host's cores; more are "
+                    "run when asked, marked oversubscribed and not judged)")
     sp.add_argument("--rounds", type=positive, default=3)
     sp.add_argument("--quick", action="store_true", help="small sizes")
     sp.add_argument("--out", help="output directory (default out/bench)")
     sp.add_argument("--jobs", type=positive, default=None)
+    sp.add_argument("--kernel", metavar="BZIMAGE",
+                    help="boot this image of the series' kernel; builds nothing")
     sp.add_argument("--from-logs", nargs="+", metavar="LOG",
                     help="rebuild the report from saved guest logs (bench-MODE-Ncpu-rR.log)")
     sp = add("demo", cmd_demo, "the main job: build, attack demo, quick benchmark")

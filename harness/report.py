@@ -27,6 +27,21 @@ def user_pages(s: dict) -> int:
     return c.get("xpfo_unmap", 0) + c.get("xpfo_skip_atomic", 0)
 
 
+def oversubscribed(meta) -> List[int]:
+    return [int(c) for c in meta.get("oversubscribed", []) or []]
+
+
+def judged_cpus(meta) -> List[int]:
+    """The vCPU counts a target may be judged on: not more than host cores."""
+    over = set(oversubscribed(meta))
+    return [c for c in meta.get("cpus", []) if c not in over]
+
+
+def _cpus_title(c: int, meta) -> str:
+    t = f"{c} vCPU{'s' if c > 1 else ''}"
+    return t + " (oversubscribed)" if c in oversubscribed(meta) else t
+
+
 def _index(samples: List[dict]) -> Dict[Tuple[str, int, str], Dict[int, dict]]:
     idx: Dict[Tuple[str, int, str], Dict[int, dict]] = defaultdict(dict)
     for s in samples:
@@ -67,9 +82,9 @@ def headline(data, workload: str = "build_sys") -> str:
     """The published XPFO table's shape: system time of the build, ratio to
     off, per mode and vCPU count, with flush IPIs per 1000 user pages."""
     idx = _index(data.samples)
-    cpus_list = list(data.meta.get("cpus", []))
+    cpus_list = judged_cpus(data.meta)
     modes = [m for m in data.meta.get("modes", []) if m != "off"]
-    if not any(w == workload for w, _, _ in idx):
+    if not cpus_list or not any(w == workload for w, _, _ in idx):
         return ""
     out = [f"`{workload}` of the in-guest build, ratio to `off` (median [min–max] of "
            "per-round ratios); flush IPIs sent per 1000 user pages in brackets.\n",
@@ -88,6 +103,10 @@ def headline(data, workload: str = "build_sys") -> str:
                 txt += f" ({_fmt(ipis.median)} IPIs/1k)"
             cells.append(txt)
         out.append(f"| {m} | " + " | ".join(cells) + " |")
+    over = oversubscribed(data.meta)
+    if over:
+        out.append(f"\n{', '.join(map(str, over))} vCPUs: oversubscribed (more vCPUs than "
+                   "host cores), left out of the headline and the targets.")
     return "\n".join(out) + "\n"
 
 
@@ -107,8 +126,20 @@ def tables(data) -> str:
     goals = targets(data)
     if goals:
         out += ["### Targets\n", goals]
+    policy = meta.get("policy") or {}
+    if policy:
+        out += ["### Huge-page policy of each workload\n",
+                "The guest's THP setting is `always`; a workload whose cell fails its "
+                "check is listed with the failed cells.\n",
+                "| workload | policy |", "|---|---|"]
+        out += [f"| {w} | {policy[w]} |" for w in workloads if policy.get(w)]
+        out.append("")
     for cpus in meta.get("cpus", []):
-        out.append(f"### {cpus} vCPU{'s' if cpus > 1 else ''}\n")
+        out.append(f"### {_cpus_title(cpus, meta)}\n")
+        if cpus in oversubscribed(meta):
+            out.append(f"**Oversubscribed**: {cpus} vCPUs on {meta.get('host_cpus', '?')} "
+                       "host cores. These figures measure the host's scheduler as much as "
+                       "the kernel; no target is judged on them.\n")
         out.append("Median [min–max] over rounds; overhead = paired ratio to `off` per "
                    "round (>1 is slower), median [min–max].\n")
         head = "| workload | unit | " + " | ".join(f"xpfo={m}" for m in modes)
@@ -173,6 +204,15 @@ def tables(data) -> str:
             out.append(f"| {mode} | {cpus} | {sum(buckets.values())} | "
                        f"{_ns(p50)} | {_ns(p99)} | {_ns(mx)} |")
         out.append("")
+    retries = meta.get("retries") or []
+    if retries:
+        out.append("Boots retried (the guest died before its runner started; booted "
+                   "again once, and the second boot's figures are the cells'):\n")
+        for r in retries:
+            out.append(f"- xpfo={r['mode']}, {r['cpus']} vCPUs, round {r['round'] + 1}: "
+                       f"{r['reason']} (log {r['log']}; retry {r.get('retry_outcome', '?')}, "
+                       f"log {r.get('retry_log', '?')})")
+        out.append("")
     if failures:
         out.append("Failed cells (not averaged into anything):\n")
         for f in failures:
@@ -210,9 +250,11 @@ def plots(data, outdir: Path) -> List[Path]:
                     ax.plot(xs, ys, marker="o", label=f"xpfo={m}")
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_title(w)
-            ax.set_xlabel("vCPUs")
+            ax.set_xlabel("vCPUs (* oversubscribed)" if oversubscribed(data.meta) else "vCPUs")
             ax.set_ylabel("overhead vs off")
             ax.set_xticks(cpus_list)
+            ax.set_xticklabels([f"{c}*" if c in oversubscribed(data.meta) else str(c)
+                                for c in cpus_list])
             ax.legend(fontsize=7)
         for ax in list(axes.flat)[len(workloads):]:
             ax.axis("off")
@@ -221,6 +263,7 @@ def plots(data, outdir: Path) -> List[Path]:
         fig.savefig(p, dpi=90)
         plt.close(fig)
         written.append(p)
+    ipi_cpus = max(judged_cpus(data.meta) or cpus_list or [1])
     fig, ax = plt.subplots(figsize=(7, 4))
     all_modes = list(data.meta.get("modes", []))
     width = 0.8 / max(len(all_modes), 1)
@@ -231,13 +274,13 @@ def plots(data, outdir: Path) -> List[Path]:
         for w in paged:
             vals = [stats.per_thousand(s["counters"].get("xpfo_flush_ipi_sent", 0), user_pages(s))
                     for s in data.samples if s["workload"] == w and s["mode"] == m
-                    and s["cpus"] == max(cpus_list)]
+                    and s["cpus"] == ipi_cpus]
             sm = stats.summarize([v for v in vals if v is not None])
             ys.append(sm.median if sm else 0)
         ax.bar([j + i * width for j in range(len(paged))], ys, width, label=f"xpfo={m}")
     ax.set_xticks([j + width * (len(all_modes) - 1) / 2 for j in range(len(paged))])
     ax.set_xticklabels(paged)
-    ax.set_ylabel(f"flush IPIs sent per 1000 user pages ({max(cpus_list)} vCPUs)")
+    ax.set_ylabel(f"flush IPIs sent per 1000 user pages ({ipi_cpus} vCPUs)")
     ax.legend()
     fig.tight_layout()
     p = outdir / "ipis.png"
@@ -258,7 +301,7 @@ def _ipis_per_1k(idx, workload: str, cpus: int, mode: str) -> Optional[float]:
 def targets(data) -> str:
     """The flush-strategy targets, measured: met or missed, with the figure."""
     idx = _index(data.samples)
-    cpus_list = list(data.meta.get("cpus", []))
+    cpus_list = judged_cpus(data.meta)
     if not cpus_list:
         return ""
     hi, lo = max(cpus_list), min(cpus_list)

@@ -58,14 +58,33 @@ def test_collect_counts_events_per_workload():
     assert stats.per_thousand(mmap["counters"]["xpfo_flush_ipi_sent"], mmap["user_pages"]) == 1000
 
 
-def test_crash_mid_run_marks_cells_failed_and_keeps_the_rest():
+def test_oops_anywhere_in_the_boot_fails_every_cell_of_it():
+    # an oops in the last workload fails the earlier workloads' cells too
     cut = GOOD[:10] + ["XH-STEP-BEGIN sh:xbench:lseek", "BUG: unable to handle page fault",
                        "---[ end trace 0000000000000000 ]---"]
     data = bench.BenchData()
     bench.collect(_run(cut, qemu.Outcome.CRASHED), REQ, "sync", 1, 0, data)
+    assert data.samples == []
+    assert {f["workload"] for f in data.failures} == {"mmap", "munmap", "lseek"}
+    assert all(f["reason"].startswith("bug in sh:xbench:lseek:") for f in data.failures)
+
+
+def test_warning_in_a_step_that_went_on_fails_the_boot():
+    warned = GOOD[:4] + ["WARNING: CPU: 0 PID: 1 at mm/xpfo.c:10 xpfo_unmap+0x1/0x2",
+                         "---[ end trace 0000000000000000 ]---"] + GOOD[4:]
+    data = bench.BenchData()
+    bench.collect(_run(warned), REQ, "sync", 1, 0, data)
+    assert data.samples == [] and len(data.failures) == 3
+    assert all("warning in sh:xbench:mmap:8" in f["reason"] for f in data.failures)
+
+
+def test_timeout_without_a_kernel_report_keeps_the_finished_cells():
+    cut = GOOD[:10] + ["XH-STEP-BEGIN sh:xbench:lseek"]
+    data = bench.BenchData()
+    bench.collect(_run(cut, qemu.Outcome.TIMEOUT), REQ, "sync", 1, 0, data)
     assert {s["workload"] for s in data.samples} == {"mmap", "munmap"}
     [fail] = data.failures
-    assert fail["workload"] == "lseek" and fail["reason"].startswith("bug:")
+    assert fail["workload"] == "lseek" and fail["reason"] == "guest timeout"
 
 
 def test_report_has_ratios_counters_and_failed_cells(tmp_path):
@@ -119,5 +138,5 @@ def test_crash_at_boot_names_the_report_in_every_cell():
     data = bench.BenchData()
     bench.collect(_run(boot, qemu.Outcome.CRASHED), REQ, "off", 2, 2, data)
     assert data.samples == [] and len(data.failures) == 3
-    assert all(f["reason"].startswith("guest crashed (") and "int3" in f["reason"]
+    assert all(f["reason"].startswith("oops outside any step: Oops: int3")
                for f in data.failures)

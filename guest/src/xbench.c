@@ -3,10 +3,18 @@
  * Guest microbenchmarks. One RESULT line per workload:
  *
  *   RESULT {"workload": W, "value": V, "unit": U, "better": "higher"|"lower",
- *           "seconds": S, "user_pages": P}
+ *           "seconds": S, "user_pages": P, "huge": H,
+ *           "check": {...}, "counters": {...}}
  *
- * user_pages is the number of user frames the workload allocated (pages
- * touched), so that kernel event counts can be normalised per 1000 pages.
+ * user_pages is the number of user pages the workload touched, so that kernel
+ * event counts can be normalised per 1000 pages. huge is the huge-page policy
+ * of the memory the figure is about: "4k" (MADV_NOHUGEPAGE), "thp"
+ * (MADV_HUGEPAGE on a 2 MiB-aligned range) or "none" (no memory of its own,
+ * or page cache). counters is the difference of /proc/vmstat's event
+ * counters over the timed part only. check holds what the harness verifies
+ * the policy by: the pages populated and the page faults, THP faults and
+ * page-ins counted while they were populated (for fork that is the set-up,
+ * outside the timed part).
  *
  *   xbench WORKLOAD [SIZE_MB] [PROCS]
  */
@@ -24,6 +32,7 @@
 #include <unistd.h>
 
 #define PAGE 4096UL
+#define HPAGE (2UL << 20)
 
 static double now(void)
 {
@@ -39,57 +48,235 @@ static void die(const char *what)
 	exit(2);
 }
 
-static void report(const char *w, double value, const char *unit, const char *better,
-		   double secs, unsigned long pages)
+/* /proc/vmstat's event counters that the reports carry. */
+#define NVM 64
+static const char *const vm_prefixes[] = {
+	"xpfo_", "nr_tlb_", "pgfault", "pgmajfault", "pgpgin", "pgalloc_normal",
+	"pgalloc_dma32", "thp_fault_alloc", "thp_fault_fallback", NULL,
+};
+
+struct vm {
+	int n;
+	char name[NVM][64];
+	long long val[NVM];
+};
+
+static int vm_wanted(const char *name)
 {
-	printf("RESULT {\"workload\": \"%s\", \"value\": %.3f, \"unit\": \"%s\", "
-	       "\"better\": \"%s\", \"seconds\": %.3f, \"user_pages\": %lu}\n",
-	       w, value, unit, better, secs, pages);
+	for (int i = 0; vm_prefixes[i]; i++)
+		if (!strncmp(name, vm_prefixes[i], strlen(vm_prefixes[i])))
+			return 1;
+	return 0;
 }
 
-static char *map_touch(size_t len)
+static void vm_snap(struct vm *v)
 {
-	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char name[64];
+	long long val;
+	FILE *f = fopen("/proc/vmstat", "r");
 
-	if (p == MAP_FAILED)
+	if (!f)
+		die("/proc/vmstat");
+	v->n = 0;
+	while (fscanf(f, "%63s %lld", name, &val) == 2)
+		if (vm_wanted(name) && v->n < NVM) {
+			snprintf(v->name[v->n], sizeof(v->name[0]), "%s", name);
+			v->val[v->n++] = val;
+		}
+	fclose(f);
+}
+
+static long long vm_get(const struct vm *v, const char *name)
+{
+	for (int i = 0; i < v->n; i++)
+		if (!strcmp(v->name[i], name))
+			return v->val[i];
+	return 0;
+}
+
+/* acc += after - before (acc starts zeroed, with after's names). */
+static void vm_add(struct vm *acc, const struct vm *after, const struct vm *before)
+{
+	if (!acc->n) {
+		acc->n = after->n;
+		memcpy(acc->name, after->name, sizeof(acc->name));
+		memset(acc->val, 0, sizeof(acc->val));
+	}
+	for (int i = 0; i < after->n; i++)
+		acc->val[i] += after->val[i] - vm_get(before, after->name[i]);
+}
+
+static void vm_delta(struct vm *d, const struct vm *after, const struct vm *before)
+{
+	d->n = 0;
+	vm_add(d, after, before);
+}
+
+struct check {
+	unsigned long pages;    /* pages populated */
+	struct vm *vm;          /* counters over the population */
+	const char *pagein;     /* non-NULL: also report pgpgin (KiB) */
+};
+
+static void report(const char *w, double value, const char *unit, const char *better,
+		   double secs, unsigned long pages, const char *huge,
+		   const struct check *chk, const struct vm *counters)
+{
+	printf("RESULT {\"workload\": \"%s\", \"value\": %.3f, \"unit\": \"%s\", "
+	       "\"better\": \"%s\", \"seconds\": %.3f, \"user_pages\": %lu, \"huge\": \"%s\"",
+	       w, value, unit, better, secs, pages, huge);
+	if (chk) {
+		printf(", \"check\": {\"pages\": %lu, \"pgfault\": %lld, \"thp_fault_alloc\": %lld",
+		       chk->pages, vm_get(chk->vm, "pgfault"), vm_get(chk->vm, "thp_fault_alloc"));
+		if (chk->pagein)
+			printf(", \"pgpgin_kb\": %lld", vm_get(chk->vm, "pgpgin"));
+		printf("}");
+	}
+	if (counters) {
+		printf(", \"counters\": {");
+		for (int i = 0; i < counters->n; i++)
+			printf("%s\"%s\": %lld", i ? ", " : "", counters->name[i], counters->val[i]);
+		printf("}");
+	}
+	printf("}\n");
+}
+
+/*
+ * Map len bytes of anonymous memory with the given huge-page policy and
+ * touch every page. "thp" aligns the range to 2 MiB, so that every 2 MiB of
+ * it can be one huge page; *base and *maplen are what to munmap.
+ */
+static char *map_touch(size_t len, int thp, char **base, size_t *maplen)
+{
+	size_t ml = thp ? len + HPAGE : len;
+	char *m = mmap(NULL, ml, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *p;
+
+	if (m == MAP_FAILED)
 		die("mmap");
+	p = thp ? (char *)(((uintptr_t)m + HPAGE - 1) & ~(HPAGE - 1)) : m;
+	if (madvise(p, len, thp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE))
+		die("madvise");
 	for (size_t off = 0; off < len; off += PAGE)
 		p[off] = 1;
+	*base = m;
+	*maplen = ml;
 	return p;
 }
 
-/* mmap, touch every page, munmap; in PROCS processes at once. */
-static void page_fault(size_t mb, int procs)
+static void unmap(char *base, size_t maplen)
+{
+	if (munmap(base, maplen))
+		die("munmap");
+}
+
+/* Each of PROCS processes maps len, touches every page, unmaps, 4 times. */
+static void page_fault(const char *name, size_t mb, int procs, int thp)
 {
 	size_t len = mb << 20;
 	int rounds = 4;
-	double t = now();
+	struct vm before, after, d;
+	double t;
 
+	vm_snap(&before);
+	t = now();
 	for (int i = 0; i < procs; i++) {
 		pid_t pid = fork();
 
 		if (pid < 0)
 			die("fork");
 		if (pid == 0) {
-			for (int r = 0; r < rounds; r++)
-				munmap(map_touch(len), len);
+			for (int r = 0; r < rounds; r++) {
+				char *base;
+				size_t ml;
+
+				map_touch(len, thp, &base, &ml);
+				unmap(base, ml);
+			}
 			_exit(0);
 		}
 	}
 	while (wait(NULL) > 0)
 		;
 	t = now() - t;
+	vm_snap(&after);
+	vm_delta(&d, &after, &before);
 	unsigned long pages = (unsigned long)procs * rounds * (len / PAGE);
-	report("page_fault", pages / t, "pages/s", "higher", t, pages);
+	struct check chk = { pages, &d, NULL };
+
+	report(name, pages / t, "pages/s", "higher", t, pages, thp ? "thp" : "4k", &chk, &d);
 }
 
-static void fork_bench(size_t mb)
+/*
+ * will-it-scale's shared-file fault shape: each process has its own tmpfs
+ * file of len bytes, maps it MAP_SHARED and write-faults every page, 4 times.
+ * The first round allocates the page cache, the later ones fault on it.
+ */
+static void page_fault_shared(size_t mb, int procs)
 {
 	size_t len = mb << 20;
-	char *p = map_touch(len);
-	int n = 40;
-	double t = now();
+	int rounds = 4;
+	struct vm before, after, d;
+	double t;
 
+	vm_snap(&before);
+	t = now();
+	for (int i = 0; i < procs; i++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			die("fork");
+		if (pid == 0) {
+			char path[64];
+			int fd;
+
+			snprintf(path, sizeof(path), "/tmp/xbench-shared.%d", i);
+			fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+			if (fd < 0)
+				die(path);
+			unlink(path);
+			if (ftruncate(fd, len))
+				die("ftruncate");
+			for (int r = 0; r < rounds; r++) {
+				char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+				if (p == MAP_FAILED)
+					die("mmap");
+				if (madvise(p, len, MADV_NOHUGEPAGE))
+					die("madvise");
+				for (size_t off = 0; off < len; off += PAGE)
+					p[off] = 1;
+				unmap(p, len);
+			}
+			close(fd);
+			_exit(0);
+		}
+	}
+	while (wait(NULL) > 0)
+		;
+	t = now() - t;
+	vm_snap(&after);
+	vm_delta(&d, &after, &before);
+	unsigned long pages = (unsigned long)procs * rounds * (len / PAGE);
+	struct check chk = { pages, &d, NULL };
+
+	report("page_fault_shared", pages / t, "pages/s", "higher", t, pages, "4k", &chk, &d);
+}
+
+/* fork + exit of a process with len touched; counters of the forks only. */
+static void fork_bench(const char *name, size_t mb, int thp)
+{
+	size_t len = mb << 20;
+	struct vm s0, s1, s2, setup, d;
+	char *base;
+	size_t ml;
+	int n = 40;
+	double t;
+
+	vm_snap(&s0);
+	map_touch(len, thp, &base, &ml);
+	vm_snap(&s1);
+	t = now();
 	for (int i = 0; i < n; i++) {
 		pid_t pid = fork();
 
@@ -100,8 +287,13 @@ static void fork_bench(size_t mb)
 		waitpid(pid, NULL, 0);
 	}
 	t = now() - t;
-	report("fork", t / n * 1e6, "us/fork", "lower", t, len / PAGE);
-	munmap(p, len);
+	vm_snap(&s2);
+	vm_delta(&setup, &s1, &s0);
+	vm_delta(&d, &s2, &s1);
+	struct check chk = { len / PAGE, &setup, NULL };
+
+	report(name, t / n * 1e6, "us/fork", "lower", t, len / PAGE, thp ? "thp" : "4k", &chk, &d);
+	unmap(base, ml);
 }
 
 static void mmap_bench(size_t mb)
@@ -109,37 +301,54 @@ static void mmap_bench(size_t mb)
 	size_t len = mb << 20;
 	int n = 4;
 	double tm = 0, tu = 0;
+	struct vm a, b, c, dm = { 0 }, du = { 0 };
 
 	for (int i = 0; i < n; i++) {
-		double t0 = now();
-		char *p = map_touch(len);
-		double t1 = now();
+		char *base;
+		size_t ml;
 
-		munmap(p, len);
+		vm_snap(&a);
+		double t0 = now();
+		map_touch(len, 0, &base, &ml);
+		double t1 = now();
+		vm_snap(&b);
+		double t2 = now();
+		unmap(base, ml);
+		tu += now() - t2;
+		vm_snap(&c);
 		tm += t1 - t0;
-		tu += now() - t1;
+		vm_add(&dm, &b, &a);
+		vm_add(&du, &c, &b);
 	}
-	report("mmap", tm / n * 1e3, "ms/map+touch", "lower", tm, n * (len / PAGE));
-	report("munmap", tu / n * 1e3, "ms/munmap", "lower", tu, 0);
+	struct check chk = { n * (len / PAGE), &dm, NULL };
+
+	report("mmap", tm / n * 1e3, "ms/map+touch", "lower", tm, n * (len / PAGE), "4k", &chk, &dm);
+	report("munmap", tu / n * 1e3, "ms/munmap", "lower", tu, 0, "4k", NULL, &du);
 }
 
+/* write a tmpfs file (tmpfs mounted without huge=: 4K page cache), read it warm */
 static void file_bench(size_t mb)
 {
 	static char buf[1 << 16];
 	const char *path = "/tmp/xbench.dat";
 	size_t len = mb << 20;
 	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	struct vm a, b, d;
 	double t;
 
 	if (fd < 0)
 		die(path);
 	memset(buf, 0x5a, sizeof(buf));
+	vm_snap(&a);
 	t = now();
 	for (size_t off = 0; off < len; off += sizeof(buf))
 		if (write(fd, buf, sizeof(buf)) != sizeof(buf))
 			die("write");
 	t = now() - t;
-	report("write", mb / t, "MB/s", "higher", t, len / PAGE);
+	vm_snap(&b);
+	vm_delta(&d, &b, &a);
+	report("write", mb / t, "MB/s", "higher", t, len / PAGE, "none", NULL, &d);
+	vm_snap(&a);
 	t = now();
 	for (int r = 0; r < 4; r++) {
 		lseek(fd, 0, SEEK_SET);
@@ -148,16 +357,80 @@ static void file_bench(size_t mb)
 				die("read");
 	}
 	t = now() - t;
-	report("read", 4 * mb / t, "MB/s", "higher", t, 0);
+	vm_snap(&b);
+	vm_delta(&d, &b, &a);
+	report("read", 4 * mb / t, "MB/s", "higher", t, 0, "none", NULL, &d);
 	close(fd);
 	unlink(path);
+}
+
+static void drop_caches(void)
+{
+	int fd;
+
+	sync();
+	fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+	if (fd < 0 || write(fd, "3\n", 2) != 2)
+		die("drop_caches");
+	close(fd);
+}
+
+/*
+ * Page-cache read from disk: a file on the ext2 scratch disk (the 'disk'
+ * step mounts it at /mnt/scratch) read 4 times, the page cache dropped
+ * before each read, so every read allocates and fills the page cache from
+ * the block device.
+ */
+static void disk_read(size_t mb)
+{
+	static char buf[1 << 16];
+	const char *path = "/mnt/scratch/xbench.dat";
+	size_t len = mb << 20;
+	int rounds = 4;
+	struct vm a, b, d = { 0 };
+	double t = 0;
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+
+	if (fd < 0)
+		die(path);
+	memset(buf, 0xa5, sizeof(buf));
+	for (size_t off = 0; off < len; off += sizeof(buf))
+		if (write(fd, buf, sizeof(buf)) != sizeof(buf))
+			die("write");
+	if (fsync(fd))
+		die("fsync");
+	close(fd);
+	for (int r = 0; r < rounds; r++) {
+		drop_caches();
+		vm_snap(&a);
+		double t0 = now();
+
+		fd = open(path, O_RDONLY);
+		if (fd < 0)
+			die(path);
+		for (size_t off = 0; off < len; off += sizeof(buf))
+			if (read(fd, buf, sizeof(buf)) != sizeof(buf))
+				die("read");
+		close(fd);
+		t += now() - t0;
+		vm_snap(&b);
+		vm_add(&d, &b, &a);
+	}
+	unlink(path);
+	unsigned long pages = rounds * (len / PAGE);
+	struct check chk = { pages, &d, "pgpgin" };
+
+	report("disk_read", rounds * mb / t, "MB/s", "higher", t, pages, "none", &chk, &d);
 }
 
 static void exec_bench(void)
 {
 	int n = 100;
-	double t = now();
+	struct vm a, b, d;
+	double t;
 
+	vm_snap(&a);
+	t = now();
 	for (int i = 0; i < n; i++) {
 		pid_t pid = fork();
 
@@ -168,19 +441,26 @@ static void exec_bench(void)
 		waitpid(pid, NULL, 0);
 	}
 	t = now() - t;
-	report("exec", n / t, "execs/s", "higher", t, 0);
+	vm_snap(&b);
+	vm_delta(&d, &b, &a);
+	report("exec", n / t, "execs/s", "higher", t, 0, "none", NULL, &d);
 }
 
 static void lseek_bench(void)
 {
 	int fd = open("/dev/null", O_RDONLY);
 	long n = 1000000;
-	double t = now();
+	struct vm a, b, d;
+	double t;
 
+	vm_snap(&a);
+	t = now();
 	for (long i = 0; i < n; i++)
 		lseek(fd, 0, SEEK_SET);
 	t = now() - t;
-	report("lseek", n / t, "calls/s", "higher", t, 0);
+	vm_snap(&b);
+	vm_delta(&d, &b, &a);
+	report("lseek", n / t, "calls/s", "higher", t, 0, "none", NULL, &d);
 	close(fd);
 }
 
@@ -230,9 +510,11 @@ static void build_bench(int jobs)
 	}
 	t = now() - t;
 	getrusage(RUSAGE_CHILDREN, &after);
-	report("build_sys", tv(after.ru_stime) - tv(before.ru_stime), "s", "lower", t, 0);
-	report("build_user", tv(after.ru_utime) - tv(before.ru_utime), "s", "lower", t, 0);
-	report("build_elapsed", t, "s", "lower", t, 0);
+	report("build_sys", tv(after.ru_stime) - tv(before.ru_stime), "s", "lower", t, 0,
+	       "none", NULL, NULL);
+	report("build_user", tv(after.ru_utime) - tv(before.ru_utime), "s", "lower", t, 0,
+	       "none", NULL, NULL);
+	report("build_elapsed", t, "s", "lower", t, 0, "none", NULL, NULL);
 }
 
 int main(int argc, char **argv)
@@ -253,9 +535,17 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(w, "page_fault"))
-		page_fault(mb, procs);
+		page_fault(w, mb, procs, 0);
+	else if (!strcmp(w, "page_fault_thp"))
+		page_fault(w, mb, procs, 1);
+	else if (!strcmp(w, "page_fault_shared"))
+		page_fault_shared(mb, procs);
 	else if (!strcmp(w, "fork"))
-		fork_bench(mb);
+		fork_bench(w, mb, 0);
+	else if (!strcmp(w, "fork_thp"))
+		fork_bench(w, mb, 1);
+	else if (!strcmp(w, "disk_read"))
+		disk_read(mb);
 	else if (!strcmp(w, "mmap"))
 		mmap_bench(mb);
 	else if (!strcmp(w, "file"))
@@ -265,7 +555,8 @@ int main(int argc, char **argv)
 	else if (!strcmp(w, "lseek"))
 		lseek_bench();
 	else {
-		fprintf(stderr, "usage: xbench build JOBS | page_fault|fork|mmap|file|exec|lseek [MB] [PROCS]\n");
+		fprintf(stderr, "usage: xbench build JOBS | page_fault|page_fault_thp|page_fault_shared|fork|fork_thp|"
+			"mmap|file|disk_read|exec|lseek [MB] [PROCS]\n");
 		return 2;
 	}
 	return 0;
