@@ -231,8 +231,12 @@ def collect(run: qemu.Run, req: BenchRequest, mode: str, cpus: int, rnd: int,
             data.samples.append(sample)
 
 
+# The runner's step marker, with or without the KTAP comment prefix.
+_STEP_BEGIN = re.compile(r"^(?:# )?XH-STEP-BEGIN ")
+
+
 def runner_started(con) -> bool:
-    return any(line.startswith("XH-STEP-BEGIN") for line in con.lines)
+    return any(_STEP_BEGIN.match(line) for line in con.lines)
 
 
 def needs_retry(run: qemu.Run) -> bool:
@@ -332,7 +336,9 @@ _LABEL = re.compile(r"bench-(?P<mode>[a-z]+)-(?P<cpus>\d+)cpu-r(?P<round>\d+)"
 
 def _parse_log(log: Path) -> qemu.Run:
     con = console.parse(log.read_text(errors="replace").splitlines())
-    outcome = qemu.Outcome.POWERED_OFF if con.done else qemu.Outcome.CRASHED
+    finished = getattr(con, "runner_finished", None)
+    done = finished() if callable(finished) else con.done
+    outcome = qemu.Outcome.POWERED_OFF if done else qemu.Outcome.CRASHED
     return qemu.Run(qemu.Machine(kernel=Path("?"), initrd=Path("?")), outcome, 0.0, con, log)
 
 

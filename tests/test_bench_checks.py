@@ -206,6 +206,10 @@ def test_crash_after_the_runner_started_is_not_retried():
     runner = FakeRunner(_run(late, qemu.Outcome.CRASHED), _run(_lines([])))
     r, retry = bench.boot(GREQ, CELL, runner)
     assert retry is None and len(runner.labels) == 1 and r.outcome is qemu.Outcome.CRASHED
+    # the KTAP-framed runner's marker counts as well
+    ktap = ["KTAP version 1", "1..3", "# XH-STEP-BEGIN vmstat:start"] + INT3[2:]
+    runner = FakeRunner(_run(ktap, qemu.Outcome.CRASHED), _run(_lines([])))
+    assert bench.boot(GREQ, CELL, runner)[1] is None and len(runner.labels) == 1
     # a boot that finished is not retried either, whatever it printed
     runner = FakeRunner(_run(_lines([])), _run(_lines([])))
     assert bench.boot(GREQ, CELL, runner)[1] is None and len(runner.labels) == 1
