@@ -1,11 +1,25 @@
 """Pure parsing of a guest's serial console: steps, results, KTAP and oopses.
 
-The guest runner frames its work with marker lines:
+The guest runner (guest/init) frames its steps as a KTAP document on the
+console, so that any KTAP parser sees a runner that stopped early as such
+(fewer results than the plan):
 
-    XH-STEP-BEGIN <name>
-    RESULT {"step": "<name>", ...}
-    XH-STEP-END <name> <exit status>
-    XH-DONE
+    KTAP version 1
+    1..<number of steps>
+    # XH-STEP-BEGIN <name>
+    ... the step's output and the kernel's messages ...
+    ok <n> <name>                      (exit status 0)
+    not ok <n> <name> # exit <status>
+    # XH-DONE
+
+The steps' results (JSON) travel on the guest's second serial port, one line
+each, named by their step, and the host copies them into the same log:
+
+    XH-RESULT <name> {...}
+
+Logs written before that framing are still understood: XH-STEP-BEGIN <name>,
+XH-STEP-END <name> <status>, XH-DONE without '# ', and RESULT {...} lines
+on the console.
 
 Every kernel problem report (oops, BUG, WARNING, panic, GPF, KASAN, UBSAN,
 RCU stall) is an Incident, attributed to the step during which it appeared.
@@ -80,6 +94,10 @@ class Console:
     order: List[str] = field(default_factory=list)
     incidents: List[Incident] = field(default_factory=list)
     ktap: List[KtapCase] = field(default_factory=list)
+    # KUnit suites' plans (1..N inside '# Subtest: <suite>')
+    ktap_plans: Dict[str, int] = field(default_factory=dict)
+    planned: Optional[int] = None   # the runner's plan: how many steps it will run
+    reported: int = 0               # step results (ok/not ok, XH-STEP-END) seen
     done: bool = False
     errors: List[str] = field(default_factory=list)
 
@@ -89,15 +107,26 @@ class Console:
     def incidents_in(self, step: Optional[str]) -> List[Incident]:
         return [i for i in self.incidents if i.step == step]
 
+    def runner_finished(self) -> bool:
+        """The runner reported a result for every step of its plan.
+
+        A log without a plan (written before the KTAP framing) counts as
+        finished when the runner said XH-DONE."""
+        if self.planned is not None:
+            return self.reported >= self.planned
+        return self.done
+
 
 _RESULT = re.compile(r"RESULT (.*?)\s*$")
-_BEGIN = re.compile(r"^XH-STEP-BEGIN (\S+)")
+_XRESULT = re.compile(r"^XH-RESULT (\S+) (.*?)\s*$")
+_BEGIN = re.compile(r"^(?:# )?XH-STEP-BEGIN (\S+)")
 _END = re.compile(r"^XH-STEP-END (\S+) (-?\d+)")
-# A kernel message, which the console can print in the middle of a line that
-# userspace is writing.
-_KMSG = re.compile(r"\[\s*\d+\.\d+\] ")
-_SPLIT_MAX = 20  # kernel lines to wait through for the rest of a RESULT
+_DONE = re.compile(r"^(?:# )?XH-DONE\b")
+# The runner's KTAP result line for the step in progress.
+_STEP_RESULT = re.compile(r"^(not ok|ok) (\d+) (\S+)(?:\s+#\s*exit (-?\d+))?")
+_PLAN = re.compile(r"^1\.\.(\d+)\s*$")
 _KTAP_SUITE = re.compile(r"^\s*# Subtest: (\S+)")
+_KTAP_PLAN = re.compile(r"^\s+1\.\.(\d+)\s*$")
 _KTAP_CASE = re.compile(r"^(\s+)(not ok|ok) \d+ (\S+)(?:\s+#\s*(SKIP|TODO).*)?$")
 
 
@@ -109,16 +138,17 @@ class Parser:
         self._current: Optional[str] = None
         self._incident: Optional[Incident] = None
         self._suite: Optional[str] = None
-        # A RESULT line cut by a kernel message: its text so far, and how
-        # many kernel lines have come since.
-        self._split: Optional[str] = None
-        self._split_lines = 0
+        self._plan: Optional[int] = None   # the last top-level KTAP plan seen
 
     def feed(self, raw: str) -> None:
         c = self.console
-        kmsg = bool(_KMSG.match(_PREFIX.sub("", raw, count=1)))
         line = strip(raw)
         c.lines.append(line)
+        m = _XRESULT.match(line)
+        if m:
+            # from the results port: whole lines, named by their step
+            self._result(m.group(2), line, m.group(1))
+            return
         ended = False
         if self._incident is not None:
             self._incident.lines.append(line)
@@ -132,52 +162,35 @@ class Parser:
                     c.incidents.append(inc)
                     self._incident = inc
                 break
-        if self._split is not None:
-            if not kmsg:
-                text, self._split = self._split + line, None
-                try:
-                    json.loads(text)
-                except json.JSONDecodeError:
-                    # not the rest of it: report, and take the line as it is
-                    c.errors.append(f"RESULT line cut and not completed: {text}")
-                else:
-                    self._result(text, line)
-                    return
-            else:
-                self._split_lines += 1
-            if self._split is not None and self._split_lines > _SPLIT_MAX:
-                c.errors.append(f"RESULT line never completed: {self._split}")
-                self._split = None
         m = _BEGIN.match(line)
         if m:
-            self._current = m.group(1)
-            if self._current not in c.steps:
-                c.steps[self._current] = Step(self._current)
-                c.order.append(self._current)
+            self._begin(m.group(1))
             return
         m = _END.match(line)
         if m:
-            st = c.steps.get(m.group(1))
-            if st is not None:
-                st.ended = True
-                st.exit_status = int(m.group(2))
-            self._current = None
+            self._end(m.group(1), int(m.group(2)))
             return
-        if line.startswith("XH-DONE"):
+        m = _STEP_RESULT.match(line)
+        if m and m.group(3) == self._current:
+            rc = m.group(4)
+            self._end(m.group(3), int(rc) if rc is not None else
+                      (0 if m.group(1) == "ok" else 1))
+            return
+        if _DONE.match(line):
             c.done = True
             return
+        m = _PLAN.match(line)
+        if m:
+            self._plan = int(m.group(1))
         m = _RESULT.search(line)
         if m:
-            cut = _KMSG.search(m.group(1))
-            if cut:
-                # The rest of the JSON follows the kernel's lines.
-                self._split, self._split_lines = m.group(1)[:cut.start()], 0
-                return
-            self._result(m.group(1), line)
+            self._result(m.group(1), line, self._current)
             return
         m = _KTAP_SUITE.search(line)
         if m:
             self._suite = m.group(1)
+        elif self._suite and (m := _KTAP_PLAN.match(line)):
+            c.ktap_plans.setdefault(self._suite, int(m.group(1)))
         else:
             m = _KTAP_CASE.match(line)
             if m and self._suite:
@@ -188,7 +201,25 @@ class Parser:
         if self._current is not None:
             c.steps[self._current].lines.append(line)
 
-    def _result(self, text: str, line: str) -> None:
+    def _begin(self, name: str) -> None:
+        c = self.console
+        if c.planned is None and self._plan is not None and not c.order:
+            # the plan printed just before the first step is the runner's
+            c.planned = self._plan
+        self._current = name
+        if name not in c.steps:
+            c.steps[name] = Step(name)
+            c.order.append(name)
+
+    def _end(self, name: str, status: int) -> None:
+        self.console.reported += 1
+        st = self.console.steps.get(name)
+        if st is not None:
+            st.ended = True
+            st.exit_status = status
+        self._current = None
+
+    def _result(self, text: str, line: str, current: Optional[str]) -> None:
         c = self.console
         try:
             res = json.loads(text)
@@ -198,7 +229,7 @@ class Parser:
         if not isinstance(res, dict):
             c.errors.append(f"RESULT is not an object: {line}")
             return
-        step = str(res.get("step", self._current or "?"))
+        step = str(res.get("step", current or "?"))
         if step not in c.steps:
             c.steps[step] = Step(step)
             c.order.append(step)

@@ -7,14 +7,15 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, TextIO
+from typing import Callable, List, Optional, Sequence
 
 from . import console, printer
 from .errors import HarnessError
 
 QEMU = "qemu-system-x86_64"
+RESULTS_FILE = Path("results.ttyS1")   # where --dry-run's command sends ttyS1
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,11 @@ class Machine:
         base = ["console=ttyS0", "panic=-1", "loglevel=7", "no_timer_check"]
         return " ".join(base + list(self.params))
 
-    def qemu_args(self, interactive: bool = False) -> List[str]:
+    def qemu_args(self, interactive: bool = False,
+                  results: Optional[Path] = None) -> List[str]:
+        """The QEMU command; `results` is the file that the guest's second
+        serial port (/dev/ttyS1, where the runner writes its RESULT lines)
+        is written to."""
         # KVM does not start guests on these machines: TCG, with every
         # feature TCG can emulate. TCG has no PCID/INVPCID.
         args = [QEMU, "-accel", f"tcg,thread={self.tcg_threads}", "-cpu", "max",
@@ -50,7 +55,8 @@ class Machine:
         if interactive:
             args += ["-serial", "mon:stdio"]
         else:
-            args += ["-serial", "stdio", "-monitor", "none"]
+            args += ["-serial", "stdio", "-monitor", "none",
+                     "-serial", f"file:{results or RESULTS_FILE}"]
         # snapshot=on: the guest's writes go to a temporary overlay, so every
         # boot sees the image as built, and a guest killed mid-write (a
         # timeout, a crash) cannot leave a broken file system for later runs.
@@ -86,19 +92,80 @@ def check_qemu() -> None:
         raise HarnessError(f"{QEMU} not found", "run ./xpfo setup (installs qemu-system-x86)")
 
 
+def stop(proc: "subprocess.Popen[bytes]") -> None:
+    """Kill the guest's process group and reap it, whatever comes meanwhile.
+
+    QEMU runs in its own session (a Ctrl-C on the terminal does not reach
+    it), so the harness must kill it; a second Ctrl-C must not stop that."""
+    while True:
+        try:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+class _Tail(threading.Thread):
+    """Follow a file that QEMU writes (a serial port), line by line."""
+
+    def __init__(self, path: Path, on_line: Callable[[str], None]) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.on_line = on_line
+        self.finish = threading.Event()
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        buf = b""
+        try:
+            with open(self.path, "rb") as f:
+                while True:
+                    last = self.finish.is_set()
+                    chunk = f.read()
+                    if chunk:
+                        buf += chunk
+                        *lines, buf = buf.split(b"\n")
+                        for line in lines:
+                            self.on_line(line.decode("utf-8", errors="replace") + "\n")
+                    elif last:
+                        break
+                    else:
+                        self.finish.wait(0.05)
+            if buf:
+                self.on_line(buf.decode("utf-8", errors="replace") + "\n")
+        except BaseException as e:  # reported by the caller's thread
+            self.error = e
+
+    def close(self) -> None:
+        self.finish.set()
+        self.join()
+
+
 def run(machine: Machine, timeout: float, log: Path, echo: bool = False,
-        watch: Optional[callable] = None) -> Run:
-    """Boot, stream the console to `log`, kill the guest at the deadline."""
+        watch: Optional[Callable[[console.Console], None]] = None) -> Run:
+    """Boot, stream the console to `log`, kill the guest at the deadline.
+
+    The second serial port (the runner's results) is followed too and its
+    lines go into the same log and parser. Ctrl-C or an exception kills the
+    guest before it propagates."""
     check_qemu()
-    args = machine.qemu_args()
-    printer.command(args)
     log.parent.mkdir(parents=True, exist_ok=True)
+    results = log.with_name(log.name + ".ttyS1")
+    results.write_bytes(b"")
+    args = machine.qemu_args(results=results)
+    printer.command(args)
     parser = console.Parser()
+    lock = threading.Lock()
     start = time.monotonic()
     try:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as e:
+        results.unlink(missing_ok=True)
         raise HarnessError(f"cannot start {QEMU}: {e}") from None
     timed_out = threading.Event()
 
@@ -111,27 +178,44 @@ def run(machine: Machine, timeout: float, log: Path, echo: bool = False,
 
     timer = threading.Timer(timeout, _kill)
     timer.daemon = True
-    timer.start()
     assert proc.stdout is not None
     try:
         with open(log, "w", errors="replace") as logf:
-            for raw in proc.stdout:
-                text = raw.decode("utf-8", errors="replace")
-                logf.write(text)
-                logf.flush()
-                parser.feed(text)
-                if echo:
-                    printer.raw(console.strip(text))
-                if watch is not None:
-                    watch(parser.console)
+
+            def take(text: str) -> None:
+                with lock:
+                    logf.write(text)
+                    logf.flush()
+                    parser.feed(text)
+
+            tail = _Tail(results, take)
+            tail.start()
+            try:
+                timer.start()
+                for raw in proc.stdout:
+                    text = raw.decode("utf-8", errors="replace")
+                    take(text)
+                    if echo:
+                        printer.raw(console.strip(text))
+                    if watch is not None:
+                        watch(parser.console)
+                rc = proc.wait()
+            finally:
+                timer.cancel()
+                tail.close()
+            if tail.error is not None:
+                raise HarnessError(f"cannot read the guest's results port {results}: "
+                                   f"{tail.error}")
+    except BaseException:
+        stop(proc)
+        raise
     finally:
-        rc = proc.wait()
-        timer.cancel()
+        results.unlink(missing_ok=True)
     elapsed = time.monotonic() - start
     con = parser.console
     if timed_out.is_set():
         outcome, msg = Outcome.TIMEOUT, f"guest killed after {timeout:.0f}s deadline"
-    elif con.done:
+    elif con.runner_finished():
         outcome, msg = Outcome.POWERED_OFF, ""
     elif not con.lines or (rc != 0 and not any("Linux version" in x for x in con.lines)):
         outcome, msg = Outcome.QEMU_FAILED, f"{QEMU} exited with {rc}"

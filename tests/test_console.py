@@ -66,24 +66,62 @@ def test_bad_result_line_is_recorded_not_raised():
     assert con.steps["x"].results == []
 
 
-def test_result_line_cut_by_kernel_messages_is_put_back_together():
-    # seen in a benchmark log: printk wrote in the middle of userspace's line
+def test_ktap_framed_steps_and_results_from_the_second_port():
     con = console.parse([
-        "XH-STEP-BEGIN vmstat:start",
-        'RESULT {"label": "start", "counters": {[    1.975890] tsc: Refined TSC '
-        "clocksource calibration: 1999.977 MHz",
-        "[    1.979365] clocksource: tsc: mask: 0xffffffffffffffff",
-        "[    1.983780] clocksource: Switched to clocksource tsc",
-        '"pgfault": 906, "xpfo_unmap": 1391}}',
-        "XH-STEP-END vmstat:start 0"])
-    assert con.errors == []
-    assert con.steps["vmstat:start"].results == [
-        {"label": "start", "counters": {"pgfault": 906, "xpfo_unmap": 1391}}]
-    assert con.steps["vmstat:start"].ended
+        "KTAP version 1", "1..2",
+        "# XH-STEP-BEGIN info",
+        'XH-RESULT info {"cpus": 2}',
+        "ok 1 info",
+        "# XH-STEP-BEGIN disk",
+        "[    2.000000] EXT4-fs (vda): mounted",
+        "not ok 2 disk # exit 3",
+        'XH-RESULT disk {"status": "error"}',   # the ports are not in step
+        "# XH-DONE"])
+    assert con.planned == 2 and con.reported == 2 and con.runner_finished()
+    assert con.steps["info"].results == [{"cpus": 2}]
+    assert con.steps["info"].ended and con.steps["info"].exit_status == 0
+    assert con.steps["disk"].exit_status == 3
+    assert con.steps["disk"].results == [{"status": "error"}]
+    assert con.order == ["info", "disk"] and con.errors == []
 
 
-def test_result_line_cut_and_never_completed_is_an_error():
-    con = console.parse(['XH-STEP-BEGIN x', 'RESULT {"a": [    2.000000] msg',
+def test_runner_that_stopped_midway_has_fewer_results_than_its_plan():
+    con = console.parse(["KTAP version 1", "1..3", "# XH-STEP-BEGIN info", "ok 1 info",
+                         "# XH-STEP-BEGIN lkdtm:PANIC",
+                         "[    3.1] Kernel panic - not syncing: dumptest"])
+    assert con.planned == 3 and con.reported == 1
+    assert not con.runner_finished()
+    assert not con.steps["lkdtm:PANIC"].ended
+
+
+def test_kunit_plan_is_not_the_runners():
+    # KUnit's KTAP document comes first; its top-level 'ok 1 xpfo' ends no step
+    con = console.parse(["KTAP version 1", "1..1", "    KTAP version 1",
+                         "    # Subtest: xpfo", "    1..2", "    ok 1 a", "    ok 2 b",
+                         "ok 1 xpfo", "KTAP version 1", "1..1", "# XH-STEP-BEGIN xpfo",
+                         "ok 1 xpfo", "# XH-DONE"])
+    assert con.ktap_plans == {"xpfo": 2}
+    assert [c.name for c in con.ktap] == ["a", "b"]
+    assert con.planned == 1 and con.reported == 1 and con.runner_finished()
+
+
+def test_old_framing_is_still_understood():
+    con = console.parse(["XH-STEP-BEGIN x", 'RESULT {"a": 1}', "XH-STEP-END x 2", "XH-DONE"])
+    assert con.planned is None and con.runner_finished()
+    assert con.steps["x"].results == [{"a": 1}] and con.steps["x"].exit_status == 2
+
+
+def test_result_port_lines_are_not_part_of_an_incident():
+    con = console.parse(["# XH-STEP-BEGIN x", "[ 1.0] WARNING: CPU: 0 PID: 1 at f",
+                         'XH-RESULT x {"note": "WARNING: in a value"}', "ok 1 x"])
+    [inc] = con.incidents
+    assert all("XH-RESULT" not in line for line in inc.lines)
+    assert con.steps["x"].results == [{"note": "WARNING: in a value"}]
+
+
+def test_result_line_cut_on_the_console_is_an_error_not_mended():
+    # only old logs and guests without a second port have RESULT on the console
+    con = console.parse(['XH-STEP-BEGIN x', 'RESULT {"a": [    2.000000] msg', '1]}',
                          "XH-STEP-END x 0"])
     assert len(con.errors) == 1 and con.steps["x"].results == []
     assert con.steps["x"].ended

@@ -2,6 +2,8 @@
 
 import os
 import stat
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,65 @@ def test_machine_is_data(machine):
     assert args[args.index("-accel") + 1] == "tcg,thread=multi"
     cmdline = args[args.index("-append") + 1]
     assert "xpfo=sync hugepages=4" in cmdline and "panic=-1" in cmdline
+    # ttyS0 is the console, ttyS1 the runner's results (a file)
+    serials = [args[i + 1] for i, a in enumerate(args) if a == "-serial"]
+    assert serials == ["stdio", "file:results.ttyS1"]
+    assert "file:/x/r" in m.qemu_args(results=Path("/x/r"))
+
+
+def test_results_port_is_followed_into_the_log(tmp_path, machine, monkeypatch):
+    # the second -serial is the runner's results port: a file QEMU writes
+    monkeypatch.setattr(qemu, "QEMU", _fake_qemu(tmp_path, r'''
+for a; do case $a in file:*) res=${a#file:};; esac; done
+echo "Linux version 6.12"; echo "KTAP version 1"; echo "1..1"
+echo "# XH-STEP-BEGIN info"
+printf 'XH-RESULT info {"cpus": 2}\n' >> "$res"
+sleep 0.3; echo "ok 1 info"; echo "# XH-DONE"
+'''))
+    log = tmp_path / "out.log"
+    run = qemu.run(machine, timeout=10, log=log)
+    assert run.outcome is qemu.Outcome.POWERED_OFF
+    assert run.console.steps["info"].results == [{"cpus": 2}]
+    assert 'XH-RESULT info {"cpus": 2}' in log.read_text()
+    assert not (tmp_path / "out.log.ttyS1").exists()
+
+
+def test_runner_that_stops_short_of_its_plan_is_a_crash(tmp_path, machine, monkeypatch):
+    monkeypatch.setattr(qemu, "QEMU", _fake_qemu(
+        tmp_path, 'echo "Linux version 6.12"; echo "KTAP version 1"; echo "1..2"; '
+                  'echo "# XH-STEP-BEGIN a"; echo "ok 1 a"; exit 0\n'))
+    run = qemu.run(machine, timeout=10, log=tmp_path / "out.log")
+    assert run.outcome is qemu.Outcome.CRASHED
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_interrupt_or_exception_kills_the_guest_at_once(tmp_path, machine, monkeypatch, exc):
+    pidfile = tmp_path / "pid"
+    monkeypatch.setattr(qemu, "QEMU", _fake_qemu(
+        tmp_path, f'echo $$ > {pidfile}; echo "Linux version 6.12"; exec sleep 60\n'))
+
+    def watch(con):
+        raise exc()
+
+    start = time.monotonic()
+    with pytest.raises(exc):
+        qemu.run(machine, timeout=50, log=tmp_path / "out.log", watch=watch)
+    assert time.monotonic() - start < 10
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)
+
+
+def test_second_interrupt_while_stopping_still_kills(tmp_path, monkeypatch):
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    real_wait = proc.wait
+    calls = []
+
+    def wait(*a, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt   # the user pressed Ctrl-C again
+        return real_wait(*a, **kw)
+
+    monkeypatch.setattr(proc, "wait", wait)
+    qemu.stop(proc)
+    assert proc.returncode is not None and len(calls) == 2
