@@ -12,9 +12,9 @@ through the frame's direct-map (physmap) alias. Both sides are checked:
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-from .console import Console
+from .console import Console, Step
 
 XPFO_OOPS = r"xpfo: kernel access to user-owned frame"
 _WROTE = re.compile(r"(\S+): user wrote (0x[0-9a-f]+)")
@@ -58,7 +58,7 @@ class Verdict:
     detail: str
 
 
-def _step(con: Console, name: str):
+def _step(con: Console, name: str) -> Optional[Step]:
     return con.steps.get(name)
 
 
@@ -150,21 +150,3 @@ def judge_ret2dir(con: Console, mode: str) -> List[Verdict]:
                            f"{len(other)} other incidents"
                            + (f": {other[0].first_line}" if other else "")))
     return out
-
-
-def unexpected_incidents(con: Console, allowed_steps: List[str]) -> List[str]:
-    """Incidents outside the steps that declare an expected oops."""
-    return [f"{i.kind} during {i.step or 'boot'}: {i.first_line}"
-            for i in con.incidents if i.step not in allowed_steps]
-
-
-def kunit_summary(con: Console, suite_prefix: str = "xpfo") -> Dict[str, int]:
-    counts = {"pass": 0, "fail": 0, "skip": 0}
-    for case in con.ktap:
-        if case.suite.startswith(suite_prefix):
-            counts[case.status] += 1
-    return counts
-
-
-def first(items: List[Verdict]) -> Optional[Verdict]:
-    return items[0] if items else None

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import attacks, bench, buildload, series, build, console, deps, guest, initramfs, printer, qemu, report, source
+from . import attacks, bench, buildload, series, build, console, deps, guest, initramfs, judge, printer, qemu, report, source
 from .errors import HarnessError
 from .paths import LAYOUT
 
@@ -110,7 +110,10 @@ def cmd_boot(args: argparse.Namespace) -> int:
     if not args.steps:
         return qemu.interactive(m)
     r = guest.run(req, echo=True)
-    return 0 if r.outcome is qemu.Outcome.POWERED_OFF and not r.console.incidents else 1
+    verdict = judge.boot(r)
+    for reason in verdict.reasons:
+        printer.raw(f"FAIL: {reason}")
+    return 0 if verdict.passed else 1
 
 
 def attack_steps(cpus: int) -> List[str]:
@@ -126,19 +129,18 @@ def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True) -> dic
                              label=f"attacks-{mode}")
     r = guest.run(req)
     con = r.console
-    verdicts = attacks.judge_all(con, mode, cpus)
-    allowed = [f"lkdtm:{a.name}" for a in attacks.LKDTM_ATTACKS] + [attacks.RET2DIR_STEP]
-    stray = attacks.unexpected_incidents(con, allowed)
-    info = next(iter(con.steps.get("info").results), {}) if "info" in con.steps else {}
+    j = judge.attack_run(r, mode, cpus, with_kunit=kunit)
+    stray = judge.incidents(con, judge.attack_steps(cpus)).reasons
+    info = next(iter(con.steps["info"].results), {}) if "info" in con.steps else {}
     return {
         "mode": mode, "cpus": cpus, "outcome": r.outcome.value, "log": str(r.log),
         "info": info,
-        "verdicts": [v.__dict__ for v in verdicts],
-        "stray_incidents": stray,
-        "kunit": attacks.kunit_summary(con) if kunit else {},
-        "kunit_cases": [c.__dict__ for c in con.ktap if c.suite.startswith("xpfo")],
-        "passed": (r.outcome is qemu.Outcome.POWERED_OFF and not stray
-                   and all(v.passed for v in verdicts)),
+        "verdicts": [v.__dict__ for v in j.tests],
+        "stray_incidents": list(stray),
+        "kunit": j.kunit,
+        "kunit_cases": [c.__dict__ for c in con.ktap if c.suite == judge.KUNIT_SUITE],
+        **j.verdict.to_dict(),
+        "passed": j.verdict.passed,
     }
 
 
@@ -163,10 +165,9 @@ def print_attack_table(results: Sequence[dict]) -> None:
         if k:
             printer.raw(f"KUnit xpfo suite, xpfo={r['mode']}: {k['pass']} passed, "
                         f"{k['fail']} failed, {k['skip']} skipped")
-        for s in r["stray_incidents"]:
-            printer.raw(f"FAIL xpfo={r['mode']}: {s}")
-        if r["outcome"] != qemu.Outcome.POWERED_OFF.value:
-            printer.raw(f"FAIL xpfo={r['mode']}: guest {r['outcome']} (log {r['log']})")
+    for r in results:
+        for reason in r["reasons"]:
+            printer.raw(f"FAIL xpfo={r['mode']}: {reason}")
     printer.raw("")
 
 
@@ -175,11 +176,6 @@ def cmd_test(args: argparse.Namespace) -> int:
     results = [run_attacks(mode, args.cpus, args.timeout) for mode in args.modes]
     print_attack_table(results)
     ok = all(r["passed"] for r in results)
-    for r in results:
-        k = r.get("kunit") or {}
-        if r["mode"] in attacks.PROTECTING_MODES and (k.get("fail", 1) or not k.get("pass")):
-            ok = False
-            printer.raw(f"FAIL: KUnit xpfo suite in xpfo={r['mode']}: {k}")
     _write_json(LAYOUT.out / "test-results.json", {"results": results, "passed": ok})
     printer.info("test", "all passed" if ok else "FAILED")
     return 0 if ok else 1
@@ -193,15 +189,14 @@ def run_stress(mode: str, cpus: int, seconds: int, mem_mb: int) -> dict:
     con = r.console
     step = con.steps.get(f"stress:{seconds}")
     results = step.results if step else []
-    total = next((x for x in results if x.get("worker") == "all"), {})
-    incidents = [f"{i.kind} during {i.step or 'boot'}: {i.first_line}" for i in con.incidents]
+    verdict = judge.stress_run(r, f"stress:{seconds}")
     return {
         "mode": mode, "cpus": cpus, "seconds": seconds, "mem_mb": mem_mb,
         "outcome": r.outcome.value, "log": str(r.log), "workers": results,
         "counters": next((x.get("counters") for x in results if "counters" in x), {}),
-        "incidents": incidents,
-        "passed": (r.outcome is qemu.Outcome.POWERED_OFF and not incidents
-                   and total.get("status") == "pass"),
+        "incidents": list(judge.incidents(con).reasons),
+        **verdict.to_dict(),
+        "passed": verdict.passed,
     }
 
 
@@ -212,8 +207,8 @@ def cmd_stress(args: argparse.Namespace) -> int:
         if "worker" in w:
             printer.raw(f"  {w['worker']:10} {w.get('status', '?'):5} "
                         f"iterations={w.get('iterations', '-')}")
-    for inc in res["incidents"]:
-        printer.raw(f"FAIL: {inc}")
+    for reason in res["reasons"]:
+        printer.raw(f"FAIL: {reason}")
     printer.raw(f"counters: {json.dumps(res['counters'], sort_keys=True)}")
     res["command"] = (f"./xpfo stress --mode {args.mode} --cpus {args.cpus} "
                       f"--seconds {args.seconds} --mem {args.mem}")
@@ -319,12 +314,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     printer.info("demo", "quick side-by-side benchmark of the modes")
     data = run_bench(list(MODES), [2], 2, True, LAYOUT.out / "bench-quick",
                      "./xpfo bench --quick --modes " + " ".join(MODES) + " --cpus 2 --rounds 2")
-    if data.failures:
-        printer.warn(f"{len(data.failures)} benchmark cells failed (listed in the table); "
-                     "the attack results above stand on their own")
-    ok = all(r["passed"] for r in results)
-    printer.info("demo", "done" if ok else "FAILED: an attack test did not behave as expected")
-    return 0 if ok else 1
+    verdict = judge.worst([judge.Verdict(judge.Status(r["status"]), tuple(r["reasons"]))
+                           for r in results] + [judge.bench_failures(data.failures)])
+    for reason in verdict.reasons:
+        printer.raw(f"FAIL: {reason}")
+    printer.info("demo", "done" if verdict.passed else f"FAILED ({verdict.status.value}): "
+                 "the attack tests, KUnit or the benchmark did not behave as expected")
+    return 0 if verdict.passed else 1
 
 
 def cmd_series_check(args: argparse.Namespace) -> int:
@@ -361,7 +357,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
         printer.raw(f"incident {inc.kind} during {inc.step or 'boot'}: {inc.first_line}")
     for case in con.ktap:
         printer.raw(f"ktap {case.suite}.{case.name}: {case.status}")
-    printer.raw(f"runner finished: {'yes' if con.done else 'no'}")
+    plan = f" ({con.reported} of {con.planned} steps)" if con.planned is not None else ""
+    printer.raw(f"runner finished: {'yes' if con.runner_finished() else 'no'}{plan}")
     if args.mode:
         for v in attacks.judge_all(con, args.mode, args.cpus):
             printer.raw(f"{'PASS' if v.passed else 'FAIL'} {v.test} ({v.mode}): {v.detail}")

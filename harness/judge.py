@@ -1,0 +1,189 @@
+"""The one place that decides whether a guest run passed.
+
+Every command that boots a guest (test, demo, stress, bench, the integration
+tests) asks this module for a Verdict: a status and the reasons behind it.
+Nothing else judges; the callers print the reasons and turn the status into
+an exit code.
+
+The rules, for every boot: the guest runs to its end (the runner reports a
+result for every step of its plan and the guest powers off, before the
+deadline); no kernel report (Oops, BUG, WARNING, panic, GPF, KASAN, UBSAN,
+RCU stall, hung task) appears anywhere, except the XPFO oops that an attack
+step expects in its own step; every RESULT line can be read. On top of that,
+the attack tests and the KUnit suite must behave as the mode says
+(attacks.py has the attack rules, KUNIT_* below the suite's).
+"""
+
+import enum
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from . import attacks, qemu
+from .console import Console
+
+
+class Status(enum.Enum):
+    SUCCESS = "success"
+    FAILURE = "failure"     # the guest ran to its end, and something it reported is wrong
+    CRASHED = "crashed"     # the guest did not run to its end (panic, deadline, QEMU)
+
+
+_RANK = {Status.SUCCESS: 0, Status.FAILURE: 1, Status.CRASHED: 2}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    reasons: Tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.SUCCESS
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"status": self.status.value, "reasons": list(self.reasons)}
+
+
+SUCCESS = Verdict(Status.SUCCESS)
+
+
+def worst(verdicts: Iterable[Verdict]) -> Verdict:
+    """One verdict for several: the worst status, every reason."""
+    status, reasons = Status.SUCCESS, []
+    for v in verdicts:
+        if _RANK[v.status] > _RANK[status]:
+            status = v.status
+        reasons.extend(v.reasons)
+    return Verdict(status, tuple(reasons))
+
+
+def _failure(reasons: Sequence[str]) -> Verdict:
+    return Verdict(Status.FAILURE, tuple(reasons)) if reasons else SUCCESS
+
+
+def outcome(run: qemu.Run) -> Verdict:
+    """Did the guest run to its end?"""
+    if run.outcome is qemu.Outcome.POWERED_OFF and run.console.runner_finished():
+        return SUCCESS
+    con = run.console
+    what = run.message or f"guest {run.outcome.value}"
+    if con.planned is not None:
+        what += f" ({con.reported} of {con.planned} steps reported)"
+    return Verdict(Status.CRASHED, (f"{what}; log {run.log}",))
+
+
+def incidents(con: Console, allowed_steps: Sequence[str] = ()) -> Verdict:
+    """Kernel reports outside the steps that declare an expected XPFO oops.
+
+    In an allowed step only XPFO oopses are allowed; the attack rules
+    (attacks.py) judge those."""
+    bad = [f"{i.kind} during {i.step or 'boot'}: {i.first_line}"
+           for i in con.incidents
+           if i.step not in allowed_steps or not i.mentions(attacks.XPFO_OOPS)]
+    return _failure(bad)
+
+
+def results_readable(con: Console) -> Verdict:
+    return _failure([f"unreadable result: {e}" for e in con.errors])
+
+
+def step_exits(con: Console, steps: Optional[Sequence[str]] = None) -> Verdict:
+    """Every step (or those named) that ran to its end exited with status 0."""
+    names = con.order if steps is None else [s for s in steps if s in con.steps]
+    return _failure([f"step {n} exited with status {con.steps[n].exit_status}"
+                     for n in names if con.steps[n].ended and con.steps[n].exit_status])
+
+
+def boot(run: qemu.Run, allowed_steps: Sequence[str] = (), exits: bool = True) -> Verdict:
+    """Any boot: it ran to its end, no kernel report (except an expected
+    XPFO oops in `allowed_steps`), readable results and, with `exits`,
+    every step exited with 0."""
+    parts = [outcome(run), incidents(run.console, allowed_steps),
+             results_readable(run.console)]
+    if exits:
+        parts.append(step_exits(run.console))
+    return worst(parts)
+
+
+def bench_boot(run: qemu.Run) -> Verdict:
+    """One benchmark boot: any kernel report anywhere in it (no step expects
+    one) or a guest that did not run to its end fails the whole boot.
+    Step exit statuses are the benchmark's to judge, per workload."""
+    return boot(run, exits=False)
+
+
+# The xpfo KUnit suite: in a protecting mode every case passes, except the
+# cases that need another mode, which skip themselves; with xpfo=off every
+# case skips itself (it must not pass vacuously).
+KUNIT_SUITE = "xpfo"
+KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": "batch"}
+
+
+def kunit_counts(con: Console, suite: str = KUNIT_SUITE) -> Dict[str, int]:
+    counts = {"pass": 0, "fail": 0, "skip": 0}
+    for case in con.ktap:
+        if case.suite == suite:
+            counts[case.status] += 1
+    return counts
+
+
+def kunit(con: Console, mode: str, suite: str = KUNIT_SUITE) -> Verdict:
+    cases = [c for c in con.ktap if c.suite == suite]
+    name = f"KUnit {suite} suite, xpfo={mode}"
+    if not cases:
+        return Verdict(Status.FAILURE, (f"{name}: did not run",))
+    bad = []
+    plan = con.ktap_plans.get(suite)
+    if plan is not None and len(cases) != plan:
+        bad.append(f"{name}: {len(cases)} of its {plan} cases reported")
+    bad += [f"{name}: {c.name} failed" for c in cases if c.status == "fail"]
+    if mode in attacks.OPEN_MODES:
+        bad += [f"{name}: {c.name} passed, but with XPFO off it must skip itself"
+                for c in cases if c.status == "pass"]
+    else:
+        bad += [f"{name}: {c.name} skipped" for c in cases if c.status == "skip"
+                and KUNIT_MODE_ONLY.get(c.name, mode) == mode]
+        if not any(c.status == "pass" for c in cases):
+            bad.append(f"{name}: no case passed")
+    return _failure(bad)
+
+
+@dataclass(frozen=True)
+class AttackRun:
+    """The verdict of one attack-test boot and what it was made of."""
+
+    verdict: Verdict
+    tests: List[attacks.Verdict] = field(default_factory=list)
+    kunit: Dict[str, int] = field(default_factory=dict)
+
+
+def attack_steps(cpus: int) -> List[str]:
+    """The steps in which an attack test expects an XPFO oops."""
+    return attacks.lkdtm_steps(cpus) + [attacks.RET2DIR_STEP]
+
+
+def attack_run(run: qemu.Run, mode: str, cpus: int, with_kunit: bool = True) -> AttackRun:
+    """A boot of the attack tests (and the KUnit suite) in one mode."""
+    con = run.console
+    verdicts = attacks.judge_all(con, mode, cpus)
+    parts = [boot(run, allowed_steps=attack_steps(cpus)),
+             _failure([f"{v.test} (xpfo={mode}): {v.detail}" for v in verdicts if not v.passed])]
+    if with_kunit:
+        parts.append(kunit(con, mode))
+    return AttackRun(worst(parts), verdicts, kunit_counts(con) if with_kunit else {})
+
+
+def stress_run(run: qemu.Run, step: str) -> Verdict:
+    """A stress boot: a clean boot, and the stress program's own verdict."""
+    st = run.console.steps.get(step)
+    total = next((r for r in (st.results if st else []) if r.get("worker") == "all"), {})
+    own = [] if total.get("status") == "pass" else [
+        f"stress reported {total.get('status', 'nothing')}"
+        + (f" ({total.get('failed')} workers failed)" if total.get("failed") else "")]
+    return worst([boot(run), _failure(own)])
+
+
+def bench_failures(failures: Sequence[Dict[str, object]]) -> Verdict:
+    """A benchmark run: each failed cell (mode, vCPUs, workload) is a reason."""
+    return _failure([f"benchmark {f.get('workload', '?')} xpfo={f.get('mode', '?')} "
+                     f"{f.get('cpus', '?')} vCPUs: {f.get('reason', '?')}" for f in failures])

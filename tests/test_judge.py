@@ -1,0 +1,140 @@
+"""The one verdict: every rule that fails a run, and how verdicts combine."""
+
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from harness import console, judge, qemu
+from conftest import DATA
+
+
+def _run(lines: List[str], outcome: qemu.Outcome = qemu.Outcome.POWERED_OFF,
+         message: str = "") -> qemu.Run:
+    return qemu.Run(qemu.Machine(kernel=Path("k"), initrd=Path("i")), outcome, 1.0,
+                    console.parse(lines), Path("x.log"), 0, message)
+
+
+def _steps(*steps: str, extra: List[str] = ()) -> List[str]:
+    out = ["KTAP version 1", f"1..{len(steps)}"]
+    for n, s in enumerate(steps, 1):
+        out += [f"# XH-STEP-BEGIN {s}", *extra, f"ok {n} {s}"]
+    return out + ["# XH-DONE"]
+
+
+def _ktap(*cases: str, plan: int = 0) -> List[str]:
+    return (["KTAP version 1", "1..1", "    KTAP version 1", "    # Subtest: xpfo",
+             f"    1..{plan or len(cases)}"]
+            + [f"    {c}" for c in cases] + ["ok 1 xpfo"])
+
+
+def test_clean_boot_succeeds():
+    v = judge.boot(_run(_steps("info", "vmstat")))
+    assert v.passed and v.status is judge.Status.SUCCESS and v.reasons == ()
+
+
+def test_runner_that_died_midway_is_a_crash():
+    lines = _steps("info", "stress:5")[:-2]  # no 'ok 2', no XH-DONE
+    v = judge.boot(_run(lines, qemu.Outcome.CRASHED, "guest stopped"))
+    assert v.status is judge.Status.CRASHED
+    assert "1 of 2 steps reported" in v.reasons[0]
+
+
+@pytest.mark.parametrize("report", ["WARNING: CPU: 1 PID: 7 at mm/xpfo.c:10 f+0x1/0x2",
+                                    "Oops: 0000 [#1] PREEMPT SMP NOPTI",
+                                    "BUG: sleeping function called from invalid context"])
+def test_any_kernel_report_anywhere_fails_a_benchmark_boot(report):
+    for where in ("boot", "step"):
+        lines = _steps("sh:xbench")
+        if where == "boot":
+            lines = [f"[    0.5] {report}"] + lines
+        else:
+            lines.insert(3, f"[    9.1] {report}")
+        v = judge.bench_boot(_run(lines))
+        assert v.status is judge.Status.FAILURE, where
+        assert report.split(":")[0] in v.reasons[0]
+
+
+def test_expected_xpfo_oops_is_allowed_only_in_its_step():
+    con_lines = (DATA / "xpfo_sync.log").read_text().splitlines()
+    run = _run(con_lines)
+    assert not judge.boot(run).passed
+    assert judge.boot(run, allowed_steps=["lkdtm:XPFO_READ_USER"]).passed
+    # and any other report in that step is not excused
+    other = _steps("lkdtm:X", extra=["[ 1.0] WARNING: CPU: 0 PID: 1 at mm/x.c:1 f"])
+    assert not judge.boot(_run(other), allowed_steps=["lkdtm:X"]).passed
+
+
+def test_step_exit_status_and_unreadable_results_fail():
+    lines = ["KTAP version 1", "1..1", "# XH-STEP-BEGIN disk", "RESULT {bad",
+             "not ok 1 disk # exit 1", "# XH-DONE"]
+    v = judge.boot(_run(lines))
+    assert v.status is judge.Status.FAILURE
+    assert any("step disk exited with status 1" in r for r in v.reasons)
+    assert any("unreadable result" in r for r in v.reasons)
+    # a benchmark judges its workloads' exits itself
+    assert judge.bench_boot(_run(lines)).reasons == v.reasons[:1]
+
+
+def test_kunit_in_a_protecting_mode():
+    ok = console.parse(_ktap("ok 1 a", "ok 2 xpfo_test_batch_reuse # SKIP needs xpfo=batch"))
+    assert judge.kunit(ok, "sync").passed
+    # the batch-only case must run in batch mode
+    assert not judge.kunit(ok, "batch").passed
+    failed = console.parse(_ktap("not ok 1 a", "ok 2 b"))
+    assert "a failed" in judge.kunit(failed, "deferred").reasons[0]
+    assert not judge.kunit(console.parse(_ktap("ok 1 a # SKIP off")), "sync").passed
+
+
+def test_kunit_must_skip_itself_when_off():
+    assert judge.kunit(console.parse(_ktap("ok 1 a # SKIP off", "ok 2 b # SKIP off")),
+                       "off").passed
+    v = judge.kunit(console.parse(_ktap("ok 1 a", "ok 2 b # SKIP off")), "off")
+    assert not v.passed and "must skip itself" in v.reasons[0]
+    # a failure counts in every mode (cmd_test used to ignore KUnit with off)
+    assert not judge.kunit(console.parse(_ktap("not ok 1 a")), "off").passed
+
+
+def test_kunit_that_did_not_run_or_stopped_early_fails():
+    assert "did not run" in judge.kunit(console.parse([]), "sync").reasons[0]
+    v = judge.kunit(console.parse(_ktap("ok 1 a", plan=12)), "sync")
+    assert "1 of its 12 cases reported" in v.reasons[0]
+
+
+def test_kunit_counts_only_the_xpfo_suite():
+    con = console.parse((DATA / "ktap_kunit.log").read_text().splitlines())
+    assert judge.kunit_counts(con) == {"pass": 1, "fail": 1, "skip": 1}
+
+
+def test_attack_run_judges_attacks_kunit_and_the_boot_together():
+    lines = (DATA / "xpfo_off.log").read_text().splitlines()
+    j = judge.attack_run(_run(lines), "off", cpus=1, with_kunit=False)
+    # the other attacks never ran in this short log
+    assert not j.verdict.passed
+    assert [v.passed for v in j.tests if v.test == "XPFO_READ_USER"] == [True]
+    assert any("XPFO_READ_USER_HUGE" in r for r in j.verdict.reasons)
+    with_kunit = judge.attack_run(_run(lines), "off", cpus=1)
+    assert any("KUnit xpfo suite, xpfo=off: did not run" in r
+               for r in with_kunit.verdict.reasons)
+
+
+def test_stress_run_needs_the_programs_own_pass():
+    lines = _steps("stress:5")
+    lines.insert(3, 'RESULT {"worker": "all", "failed": 1, "status": "fail"}')
+    v = judge.stress_run(_run(lines), "stress:5")
+    assert not v.passed and "stress reported fail (1 workers failed)" in v.reasons
+
+
+def test_worst_keeps_every_reason_and_the_worst_status():
+    v = judge.worst([judge.SUCCESS, judge.Verdict(judge.Status.FAILURE, ("a",)),
+                     judge.Verdict(judge.Status.CRASHED, ("b",))])
+    assert v.status is judge.Status.CRASHED and v.reasons == ("a", "b")
+    assert judge.worst([]).passed
+    assert v.to_dict() == {"status": "crashed", "reasons": ["a", "b"]}
+
+
+def test_failed_benchmark_cells_fail_the_run():
+    v = judge.bench_failures([{"workload": "fork", "mode": "sync", "cpus": 2,
+                               "reason": "oops: BUG: x"}])
+    assert v.reasons == ("benchmark fork xpfo=sync 2 vCPUs: oops: BUG: x",)
+    assert judge.bench_failures([]).passed
