@@ -1,0 +1,205 @@
+"""Upstream's mm selftests as a peer suite: parsing, table and the diff from off.
+
+The unit tests are pure, on console snippets in the shape the guest step
+prints. The integration test boots the kernel (marked 'integration').
+"""
+
+import argparse
+import dataclasses
+import os
+
+import pytest
+
+from harness import selftests as st
+from conftest import DATA
+
+PROGS = [st.Program("hugepage-mmap", ("hugepage-mmap",)),
+         st.Program("cow", ("cow",), timeout=600),
+         st.Program("memfd_secret", ("memfd_secret",)),
+         st.Program("uffd-stress:anon", ("uffd-stress", "anon", "20", "16"), timeout=30),
+         st.Program("mseal_test", ("mseal_test",))]
+
+OFF = """\
+XH-STEP-BEGIN selftests:0
+SELFTEST-BEGIN hugepage-mmap
+Returned address is 0x7f0a3c000000
+RESULT {"selftest": "hugepage-mmap", "exit": 0, "secs": 1}
+SELFTEST-BEGIN cow
+TAP version 13
+1..3
+# [RUN] Basic COW after fork() ... with base page
+ok 1 No leak from parent into child
+ok 2 No leak from child into parent
+ok 3 # SKIP MADV_HUGEPAGE failed
+# Totals: pass:2 fail:0 xfail:0 xpass:0 skip:1 error:0
+RESULT {"selftest": "cow", "exit": 0, "secs": 40}
+SELFTEST-BEGIN memfd_secret
+TAP version 13
+1..4
+ok 1 mlock limit is respected
+ok 2 file IO is blocked as expected
+ok 3 process_vm_read is blocked as expected
+ok 4 ptrace is blocked as expected
+# Totals: pass:4 fail:0 xfail:0 xpass:0 skip:0 error:0
+RESULT {"selftest": "memfd_secret", "exit": 0, "secs": 0}
+SELFTEST-BEGIN uffd-stress:anon
+nr_pages: 5120, nr_pages_per_cpu: 5120
+bounces: 15, mode: rnd racing read, ...
+RESULT {"selftest": "uffd-stress:anon", "exit": 0, "secs": 12}
+SELFTEST-BEGIN mseal_test
+TAP version 13
+1..2
+ok 1 test_seal_addseal
+not ok 2 test_seal_mremap_move
+# Totals: pass:1 fail:1 xfail:0 xpass:0 skip:0 error:0
+RESULT {"selftest": "mseal_test", "exit": 1, "secs": 0}
+XH-STEP-END selftests:0 0
+XH-DONE
+"""
+
+# memfd_secret oopses: the program dies mid-plan, the kernel reports.
+SYNC = OFF.replace("""ok 2 file IO is blocked as expected
+ok 3 process_vm_read is blocked as expected
+ok 4 ptrace is blocked as expected
+# Totals: pass:4 fail:0 xfail:0 xpass:0 skip:0 error:0
+RESULT {"selftest": "memfd_secret", "exit": 0, "secs": 0}""", """\
+[   41.204218] BUG: unable to handle page fault for address: ffff888004b6d000
+[   41.205011] #PF: supervisor read access in kernel mode
+[   41.205301] Oops: Oops: 0000 [#1] PREEMPT SMP NOPTI
+[   41.206102] RIP: 0010:memcpy_orig+0x31/0x140
+[   41.209810] ---[ end trace 0000000000000000 ]---
+RESULT {"selftest": "memfd_secret", "exit": 137, "secs": 1}""").replace(
+    '"selftest": "uffd-stress:anon", "exit": 0, "secs": 12',
+    '"selftest": "uffd-stress:anon", "exit": 137, "secs": 30')
+
+
+def _run(text: str, mode: str) -> dict:
+    res = st.parse(text.splitlines(), PROGS)
+    return {"mode": mode, "outcomes": ["powered off"], "logs": [],
+            "programs": {k: dataclasses.asdict(v) for k, v in res.items()}}
+
+
+def test_totals_line_gives_the_counts():
+    r = st.parse(OFF.splitlines(), PROGS)
+    assert (r["cow"].passed, r["cow"].failed, r["cow"].skipped) == (2, 0, 1)
+    assert r["cow"].totals and r["cow"].status == "pass"
+    assert r["mseal_test"].status == "fail" and r["mseal_test"].counts() == (1, 1, 0)
+
+
+def test_program_without_ktap_is_one_case_by_exit_status():
+    r = st.parse(OFF.splitlines(), PROGS)
+    assert r["hugepage-mmap"].counts() == (1, 0, 0)
+    skip = st.parse(["SELFTEST-BEGIN hugepage-mmap",
+                     'RESULT {"selftest": "hugepage-mmap", "exit": 4, "secs": 0}'], PROGS)
+    assert skip["hugepage-mmap"].status == "skip"
+    assert skip["hugepage-mmap"].counts() == (0, 0, 1)
+
+
+def test_oops_mid_plan_is_a_kernel_report_and_the_missing_cases_errors():
+    r = st.parse(SYNC.splitlines(), PROGS)["memfd_secret"]
+    assert r.status == "fail"
+    assert r.counts() == (1, 3, 0)   # one passed, three never reported
+    assert [i.split(":")[0] for i in r.incidents] == ["bug"]
+    assert "unable to handle page fault" in r.incidents[0]
+
+
+def test_killed_at_its_deadline_is_a_timeout():
+    r = st.parse(SYNC.splitlines(), PROGS)["uffd-stress:anon"]
+    assert r.status == "timeout" and r.errors == 1
+
+
+def test_guest_dying_mid_program_is_a_crash_and_later_programs_not_run():
+    text = OFF[:OFF.index("ok 2 No leak")] + "[   50.1] Kernel panic - not syncing: Fatal exception\n"
+    r = st.parse(text.splitlines(), PROGS)
+    assert r["cow"].status == "crashed" and not r["cow"].finished
+    assert [i.split(":")[0] for i in r["cow"].incidents] == ["panic"]
+    assert r["memfd_secret"].status == "not-run"
+
+
+def test_step_end_without_result_closes_the_program():
+    r = st.parse(["SELFTEST-BEGIN cow", "ok 1 x", "XH-STEP-END selftests:0 137"], PROGS)
+    assert r["cow"].status == "crashed"
+
+
+def test_the_same_outcome_as_off_is_no_difference():
+    runs = {"off": _run(OFF, "off"), "sync": _run(OFF, "sync")}
+    assert st.differences(runs) == []
+    assert "≠" not in st.table(runs)
+
+
+def test_differences_from_off_are_marked_and_reports_always_count():
+    runs = {"off": _run(OFF, "off"), "sync": _run(SYNC, "sync")}
+    diffs = st.differences(runs)
+    assert any(d.startswith("xpfo=sync memfd_secret: kernel report bug:") for d in diffs)
+    assert "xpfo=sync memfd_secret: 1/3/0 BUG (off: 4/0/0)" in diffs
+    assert "xpfo=sync uffd-stress:anon: 0/1/0 TIMEOUT (off: 1/0/0)" in diffs
+    assert not any("mseal_test" in d for d in diffs)   # fails in both: not a difference
+    text = st.table(runs)
+    assert "| memfd_secret | 4/0/0 | **1/3/0 BUG ≠** |" in text
+    assert "| mseal_test | 1/1/0 | 1/1/0 |" in text
+    assert "| **kernel reports** | 0 | 1 |" in text
+
+
+def test_a_kernel_report_in_off_itself_is_a_difference():
+    runs = {"off": _run(SYNC, "off")}
+    assert any("kernel report" in d for d in st.differences(runs))
+    assert "**1/3/0 BUG**" in st.table(runs)
+
+
+def test_totals_and_skip_share():
+    t = st.totals(_run(OFF, "off"))
+    assert t == {"pass": 9, "fail": 1, "skip": 1, "cases": 11, "programs": 5, "reports": 0}
+    assert "| **skipped** | 9.1% |" in st.table({"off": _run(OFF, "off")})
+
+
+def test_run_list_for_the_guest():
+    text = st.run_list(PROGS[2:4])
+    assert text == ("memfd_secret 300 128 memfd_secret\n"
+                    "uffd-stress:anon 30 128 uffd-stress anon 20 16\n")
+    ids = [p.id for p in st.PROGRAMS]
+    assert len(ids) == len(set(ids))
+    assert not {p.binary for p in st.PROGRAMS} & set(st.NOT_RUN)
+
+
+def test_build_failures_name_the_first_error():
+    log = ("  CC       khugepaged\n"
+           "khugepaged.c:1195:24: error: 'KSFT_SKIP' undeclared (first use in this function)\n"
+           "/usr/bin/ld: /tmp/cc.o: in function `main':\n")
+    got = st.build_failures(log, ["khugepaged", "protection_keys_32"])
+    assert got["khugepaged"].startswith("'KSFT_SKIP' undeclared")
+    assert got["protection_keys_32"].startswith("not built")
+
+
+def test_tree_digest_follows_content(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.c").write_text("int x;\n")
+    d1 = st._tree_digest(tmp_path, ["a"])
+    (tmp_path / "a" / "x.c").write_text("int y;\n")
+    assert st._tree_digest(tmp_path, ["a"]) != d1
+
+
+def test_saved_guest_log_parses():
+    path = DATA / "selftests_sync.log"
+    if not path.exists():
+        pytest.skip("no saved log")
+    res = st.parse(path.read_text(errors="replace").splitlines(), st.PROGRAMS)
+    assert res["memfd_secret"].incidents
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.environ.get("XPFO_SKIP_INTEGRATION") == "1",
+                    reason="XPFO_SKIP_INTEGRATION=1")
+def test_selftests_off_and_sync(tmp_path):
+    from harness import cli
+    kernel = os.environ.get("XPFO_SELFTESTS_KERNEL")
+    if kernel is None:
+        cli.ensure_kernel(argparse.Namespace(jobs=None))
+    data = st.run_suite(["off", "sync"], 1, kernel and os.path.abspath(kernel),
+                        meta={"command": "pytest"})
+    off = data["modes"]["off"]
+    assert off["outcomes"] == ["powered off"], off["logs"]
+    assert data["totals"]["off"]["reports"] == 0, [
+        d for d in data["differences"] if d.startswith("xpfo=off")]
+    t = data["totals"]["off"]
+    assert t["programs"] >= 40 and t["skip"] * 4 < t["cases"], t
+    assert data["modes"]["sync"]["programs"]
