@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from . import attacks, bench, buildload, series, build, console, deps, guest, initramfs, judge, printer, qemu, report, source
+from . import selftests
+from . import errors
 from .errors import HarnessError
 from .paths import LAYOUT
 
@@ -305,6 +307,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 1 if data.failures else 0
 
 
+def cmd_selftests(args: argparse.Namespace) -> int:
+    """Upstream's mm selftests in each mode, compared with xpfo=off."""
+    if args.kernel:
+        kernel: Optional[Path] = Path(args.kernel).resolve()
+        if not kernel.is_file():
+            raise HarnessError(f"no such kernel image: {args.kernel}")
+        commit = "unknown (--kernel)"
+    else:
+        ensure_kernel(args)
+        kernel, commit = None, series_commit()
+    command = "./xpfo selftests --modes " + " ".join(args.modes) + f" --cpus {args.cpus}"
+    data = selftests.run_suite(args.modes, args.cpus, kernel, jobs=args.jobs, meta={
+        "command": command + (f" --kernel {args.kernel}" if args.kernel else ""),
+        "series_commit": commit, "kernel_image": str(kernel or LAYOUT.bzimage)})
+    _write_json(LAYOUT.out / "selftests.json", data)
+    printer.info("selftests", f"{'no difference from off' if data['passed'] else 'FAILED'}; "
+                 f"results in {LAYOUT.out / 'selftests.json'}")
+    return 0 if data["passed"] else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job: build, attack demo on both sides, a quick benchmark."""
     ensure_kernel(args)
@@ -435,6 +457,12 @@ def parser() -> argparse.ArgumentParser:
                     help="boot this image of the series' kernel; builds nothing")
     sp.add_argument("--from-logs", nargs="+", metavar="LOG",
                     help="rebuild the report from saved guest logs (bench-MODE-Ncpu-rR.log)")
+    sp = add("selftests", cmd_selftests,
+             "upstream's mm selftests in each mode, compared with xpfo=off")
+    sp.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    sp.add_argument("--cpus", type=positive, default=1, help="vCPUs (-smp)")
+    sp.add_argument("--kernel", help="boot this bzImage as it is (no ensure_kernel)")
+    sp.add_argument("--jobs", type=positive, default=None, help="make -j")
     sp = add("demo", cmd_demo, "the main job: build, attack demo, quick benchmark")
     sp.add_argument("--jobs", type=positive, default=None)
     sp = add("series-check", cmd_series_check,
@@ -462,6 +490,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(args.func(args))
     except HarnessError as e:
         printer.error(str(e))
+        return 2
+    except subprocess.CalledProcessError as e:
+        printer.error(str(errors.from_called_process(e)))
         return 2
     except KeyboardInterrupt:
         printer.error("interrupted")
