@@ -13,7 +13,7 @@ Stages, each data in and data out:
   stays small.
 - run_mode(): boots the kernel once per mode; the guest step
   guest/steps/selftests runs each program with a deadline, its output on the
-  console between SELFTEST-BEGIN and a RESULT line. A kernel crash ends the
+  console between SELFTEST-BEGIN and SELFTEST-END (exit status, seconds). A kernel crash ends the
   guest: the next boot goes on after the program that was running.
 - parse()/compare()/table(): pure; per program the kselftest totals (or the
   KTAP lines, or the exit status of a program that prints neither), the
@@ -373,6 +373,9 @@ class ProgramResult:
 
 
 _BEGIN = re.compile(r"^SELFTEST-BEGIN (\S+)")
+_END = re.compile(r"^SELFTEST-END (\S+) (-?\d+) (\d+)")
+# the runner's own lines: the step ended (or the runner did)
+_STEP_OVER = re.compile(r"^(?:# )?XH-(?:STEP-END|DONE)\b|^(?:not )?ok \d+ selftests(?::\d+)?(?:\s|$)")
 _TOTALS = re.compile(r"# Totals: pass:(\d+) fail:(\d+) xfail:(\d+) xpass:(\d+) "
                      r"skip:(\d+) error:(\d+)")
 _TAP = re.compile(r"^(not ok|ok) \d+\b(.*)$")
@@ -456,19 +459,17 @@ def parse(lines: Sequence[str], programs: Sequence[Program] = ()) -> Dict[str, P
             continue
         if cur is None:
             continue
-        if line.startswith("RESULT "):
-            try:
-                res = json.loads(line[len("RESULT "):])
-            except ValueError:
-                buf.append(line)
-                continue
-            if isinstance(res, dict) and res.get("selftest") == cur:
-                _finish(out[cur], buf, res, timeouts.get(cur, 0))
-                cur, buf = None, []
-                continue
-        if line.startswith("XH-STEP-END") or line.startswith("XH-DONE"):
+        m = _END.match(line)
+        if m and m.group(1) == cur:
+            _finish(out[cur], buf, {"exit": int(m.group(2)), "secs": int(m.group(3))},
+                    timeouts.get(cur, 0))
+            cur, buf = None, []
+            continue
+        if _STEP_OVER.match(line):
             _finish(out[cur], buf, None, timeouts.get(cur, 0))
             cur, buf = None, []
+            continue
+        if line.startswith(("RESULT ", "XH-RESULT ")):
             continue
         buf.append(line)
     if cur is not None:

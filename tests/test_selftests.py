@@ -20,10 +20,10 @@ PROGS = [st.Program("hugepage-mmap", ("hugepage-mmap",)),
          st.Program("mseal_test", ("mseal_test",))]
 
 OFF = """\
-XH-STEP-BEGIN selftests:0
+# XH-STEP-BEGIN selftests:0
 SELFTEST-BEGIN hugepage-mmap
 Returned address is 0x7f0a3c000000
-RESULT {"selftest": "hugepage-mmap", "exit": 0, "secs": 1}
+SELFTEST-END hugepage-mmap 0 1
 SELFTEST-BEGIN cow
 TAP version 13
 1..3
@@ -32,7 +32,7 @@ ok 1 No leak from parent into child
 ok 2 No leak from child into parent
 ok 3 # SKIP MADV_HUGEPAGE failed
 # Totals: pass:2 fail:0 xfail:0 xpass:0 skip:1 error:0
-RESULT {"selftest": "cow", "exit": 0, "secs": 40}
+SELFTEST-END cow 0 40
 SELFTEST-BEGIN memfd_secret
 TAP version 13
 1..4
@@ -41,20 +41,21 @@ ok 2 file IO is blocked as expected
 ok 3 process_vm_read is blocked as expected
 ok 4 ptrace is blocked as expected
 # Totals: pass:4 fail:0 xfail:0 xpass:0 skip:0 error:0
-RESULT {"selftest": "memfd_secret", "exit": 0, "secs": 0}
+SELFTEST-END memfd_secret 0 0
 SELFTEST-BEGIN uffd-stress:anon
 nr_pages: 5120, nr_pages_per_cpu: 5120
 bounces: 15, mode: rnd racing read, ...
-RESULT {"selftest": "uffd-stress:anon", "exit": 0, "secs": 12}
+SELFTEST-END uffd-stress:anon 0 12
 SELFTEST-BEGIN mseal_test
 TAP version 13
 1..2
 ok 1 test_seal_addseal
 not ok 2 test_seal_mremap_move
 # Totals: pass:1 fail:1 xfail:0 xpass:0 skip:0 error:0
-RESULT {"selftest": "mseal_test", "exit": 1, "secs": 0}
-XH-STEP-END selftests:0 0
-XH-DONE
+SELFTEST-END mseal_test 1 0
+XH-RESULT selftests:0 {"selftest": "mseal_test", "exit": 1, "secs": 0}
+ok 2 selftests:0
+# XH-DONE
 """
 
 # memfd_secret oopses: the program dies mid-plan, the kernel reports.
@@ -62,15 +63,14 @@ SYNC = OFF.replace("""ok 2 file IO is blocked as expected
 ok 3 process_vm_read is blocked as expected
 ok 4 ptrace is blocked as expected
 # Totals: pass:4 fail:0 xfail:0 xpass:0 skip:0 error:0
-RESULT {"selftest": "memfd_secret", "exit": 0, "secs": 0}""", """\
+SELFTEST-END memfd_secret 0 0""", """\
 [   41.204218] BUG: unable to handle page fault for address: ffff888004b6d000
 [   41.205011] #PF: supervisor read access in kernel mode
 [   41.205301] Oops: Oops: 0000 [#1] PREEMPT SMP NOPTI
 [   41.206102] RIP: 0010:memcpy_orig+0x31/0x140
 [   41.209810] ---[ end trace 0000000000000000 ]---
-RESULT {"selftest": "memfd_secret", "exit": 137, "secs": 1}""").replace(
-    '"selftest": "uffd-stress:anon", "exit": 0, "secs": 12',
-    '"selftest": "uffd-stress:anon", "exit": 137, "secs": 30')
+SELFTEST-END memfd_secret 137 1""").replace(
+    "SELFTEST-END uffd-stress:anon 0 12", "SELFTEST-END uffd-stress:anon 137 30")
 
 
 def _run(text: str, mode: str) -> dict:
@@ -90,7 +90,7 @@ def test_program_without_ktap_is_one_case_by_exit_status():
     r = st.parse(OFF.splitlines(), PROGS)
     assert r["hugepage-mmap"].counts() == (1, 0, 0)
     skip = st.parse(["SELFTEST-BEGIN hugepage-mmap",
-                     'RESULT {"selftest": "hugepage-mmap", "exit": 4, "secs": 0}'], PROGS)
+                     'SELFTEST-END hugepage-mmap 4 0'], PROGS)
     assert skip["hugepage-mmap"].status == "skip"
     assert skip["hugepage-mmap"].counts() == (0, 0, 1)
 
@@ -117,8 +117,10 @@ def test_guest_dying_mid_program_is_a_crash_and_later_programs_not_run():
 
 
 def test_step_end_without_result_closes_the_program():
-    r = st.parse(["SELFTEST-BEGIN cow", "ok 1 x", "XH-STEP-END selftests:0 137"], PROGS)
-    assert r["cow"].status == "crashed"
+    for end in ("XH-STEP-END selftests:0 137", "not ok 2 selftests:0 # exit 137",
+                "# XH-DONE"):
+        r = st.parse(["SELFTEST-BEGIN cow", "ok 1 x", end], PROGS)
+        assert r["cow"].status == "crashed" and r["cow"].counts() == (1, 1, 0), end
 
 
 def test_the_same_outcome_as_off_is_no_difference():
