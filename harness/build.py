@@ -66,11 +66,34 @@ def _env(req: BuildRequest) -> dict:
     return env
 
 
+def tree_state(src: Path) -> bytes:
+    """What the kernel is built from: HEAD and every uncommitted edit.
+
+    Edits to tracked files (staged or not) are in `git diff HEAD`; files
+    git does not track and does not ignore count with their contents. (The
+    kernel tree's top-level .gitignore ignores everything: a new file counts
+    once it is added with `git add -f`.)"""
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", *args], cwd=src, capture_output=True,
+                              check=False).stdout
+
+    h = hashlib.sha256(git("rev-parse", "HEAD"))
+    h.update(git("diff", "HEAD", "--binary"))
+    for name in sorted(git("ls-files", "--others", "--exclude-standard", "-z").split(b"\0")):
+        if name:
+            h.update(name + b"\0")
+            try:
+                h.update(hashlib.sha256((src / name.decode()).read_bytes()).digest())
+            except OSError:
+                pass
+    return h.digest()
+
+
 def config_id(req: BuildRequest) -> str:
+    """Identity of a build: the fragment and the source tree as it is now,
+    so that an uncommitted edit in build/src is never run as a stale kernel."""
     h = hashlib.sha256(req.fragment.read_bytes())
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=req.src,
-                          capture_output=True, text=True, check=False).stdout
-    h.update(head.encode())
+    h.update(tree_state(req.src))
     return h.hexdigest()[:16]
 
 
@@ -122,6 +145,7 @@ def build(req: BuildRequest) -> BuildResult:
     """make bzImage with a progress line; the stamp is written only on success."""
     stamp = req.obj / ".xpfo-build-ok"
     stamp.unlink(missing_ok=True)
+    ident = config_id(req)   # the tree as make sees it, not as it is after
     total = DEFAULT_TOTAL
     tf = _total_file(req)
     if tf.exists():
@@ -157,7 +181,7 @@ def build(req: BuildRequest) -> BuildResult:
                            message=f"{errs}\n  full log: {log}")
     if clean:
         tf.write_text(f"{max(compiled, 1)}\n")
-    stamp.write_text(config_id(req) + "\n")
+    stamp.write_text(ident + "\n")
     printer.info("build", f"done: {compiled} files compiled in {printer.fmt_elapsed(elapsed)}")
     return BuildResult(Status.SUCCESS, elapsed, kernel=kernel, compiled=compiled)
 

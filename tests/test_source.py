@@ -102,3 +102,31 @@ def test_missing_source_fails_clearly(tmp_path: Path):
         "package=linux-source-test\nversion=1\ntarball=/nonexistent.tar.xz\n")
     with pytest.raises(HarnessError, match="is missing"):
         source.prepare(Layout(root=root))
+
+
+def test_local_commits_and_edits_are_not_dropped(layout: Layout, tmp_path: Path):
+    tarball = source.read_base(layout).tarball
+    p = _make_patch(tmp_path, tarball, "line 10\n", "line ten\n", "first")
+    (layout.patches / "0001-mm-first.patch").write_bytes(p.read_bytes())
+    src = source.prepare(layout)
+    f = src / "mm" / "page_alloc.c"
+    f.write_text(f.read_text().replace("line 20\n", "line twenty\n"))
+    _git(src, "commit", "-qam", "mm: local work")
+    # the series changes under the tree (a pull, an edited patch): prepare
+    # would rebuild build/src from kernel/patches, and must refuse
+    q = _make_patch(tmp_path, tarball, "line 5\n", "line five\n", "second")
+    (layout.patches / "0002-mm-second.patch").write_bytes(q.read_bytes())
+    with pytest.raises(HarnessError, match="not in kernel/patches") as e:
+        source.prepare(layout)
+    assert "./xpfo export" in str(e.value)
+    assert _git(src, "log", "-1", "--format=%s").strip() == "mm: local work"
+    # an uncommitted edit is refused in the same way
+    _git(src, "reset", "-q", "--hard", "HEAD~1")
+    f.write_text(f.read_text() + "uncommitted\n")
+    with pytest.raises(HarnessError, match="not in kernel/patches"):
+        source.prepare(layout)
+    assert f.read_text().endswith("uncommitted\n")
+    # --force drops both
+    src = source.prepare(layout, force=True)
+    assert "line five" in f.read_text() and "uncommitted" not in f.read_text()
+    assert _git(src, "log", "--format=%s").splitlines()[:2] == ["mm: second", "mm: first"]
