@@ -29,7 +29,13 @@ BY_DESIGN = {
     ("XPFO_SMP", "deferred"): "deferred leaves the alias in other CPUs' TLBs until they switch "
                               "context, enter from user mode or leave idle; the reader spins "
                               "in the kernel",
+    ("XPFO_SMP", "batch"): "batch hands a frame reused hot from the per-CPU list to userspace "
+                           "with deferred mode's flush only (measured in issue 11: 63-64 of 64 "
+                           "such frames readable); only a refill is flushed everywhere at once",
 }
+# A frame userspace freed is safe if XPFO cleared it before its alias came
+# back (the read finds no payload) or kept it unmapped (the read oopses).
+_GONE = "the payload is gone from the freed frame"
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class Attack:
     name: str
     what: str
     min_cpus: int = 1
+    cleared_stops: bool = False     # a read of a cleared frame counts as stopped
 
 
 LKDTM_ATTACKS = [
@@ -46,6 +53,7 @@ LKDTM_ATTACKS = [
     Attack("XPFO_READ_PAGECACHE", "page cache of a file written with write()"),
     Attack("XPFO_READ_SHMEM", "shared anonymous (shmem) page"),
     Attack("XPFO_READ_COW", "copy made by a write fault on a private mapping"),
+    Attack("XPFO_READ_FREED", "frame the user wrote and freed (physmap spray)", cleared_stops=True),
     Attack("XPFO_SMP", "alias warmed in another CPU's TLB before the page went to user", 2),
 ]
 
@@ -62,7 +70,8 @@ def _step(con: Console, name: str) -> Optional[Step]:
     return con.steps.get(name)
 
 
-def judge_read(con: Console, step_name: str, test: str, mode: str) -> Verdict:
+def judge_read(con: Console, step_name: str, test: str, mode: str,
+               cleared_stops: bool = False) -> Verdict:
     """Judge one physmap read (lkdtm test or ret2dir demo) in one mode."""
     st = _step(con, step_name)
     if st is None:
@@ -92,6 +101,10 @@ def judge_read(con: Console, step_name: str, test: str, mode: str) -> Verdict:
     if mode in PROTECTING_MODES:
         if not wrote:
             return Verdict(test, mode, False, "the test did not get as far as planting a value")
+        if read and cleared_stops and read[-1] != wrote[-1] and not incidents \
+                and any(_GONE in line for line in st.lines):
+            return Verdict(test, mode, True, f"stopped: frame cleared before its alias came "
+                                             f"back (read {read[-1]})")
         if read:
             return Verdict(test, mode, False, f"NOT STOPPED: read {read[-1]} through the alias")
         xpfo = [i for i in incidents if i.mentions(XPFO_OOPS)]
@@ -110,7 +123,7 @@ def lkdtm_steps(cpus: int) -> List[str]:
 
 
 def judge_all(con: Console, mode: str, cpus: int) -> List[Verdict]:
-    out = [judge_read(con, f"lkdtm:{a.name}", a.name, mode)
+    out = [judge_read(con, f"lkdtm:{a.name}", a.name, mode, a.cleared_stops)
            for a in LKDTM_ATTACKS if a.min_cpus <= cpus]
     return out + judge_ret2dir(con, mode)
 

@@ -120,6 +120,11 @@ def test_stress_smp4(kernel, mode):
         assert c["xpfo_batch_preflushed"] > c["xpfo_unmap"]
     if mode != "off":
         assert c["xpfo_user_pages"] >= c["xpfo_batch_preflushed"]
+        # user allocations in atomic context fail closed but leave a remote
+        # window even in sync mode: the stress load must not make any
+        assert c.get("xpfo_atomic", 0) == 0, c
+        # every frame that went back to the direct map was cleared first
+        assert c.get("xpfo_clear", 0) >= c["xpfo_remap"], c
 
 
 def test_tiny_benchmark_end_to_end(kernel, tmp_path):
