@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import List, Optional
 
 from . import config, printer
-from .errors import HarnessError
 from .paths import LAYOUT, Layout
 
 BASE_CONFIGS = ["x86_64_defconfig", "kvm_guest.config"]
@@ -213,7 +212,8 @@ def vanilla_request(layout: Layout = LAYOUT, jobs: Optional[int] = None) -> Buil
     return BuildRequest(src=src, obj=layout.build / "vanilla-obj", fragment=frag, jobs=n)
 
 
-def request(layout: Layout = LAYOUT, jobs: Optional[int] = None, ccache: bool = True) -> BuildRequest:
+def request(layout: Layout = LAYOUT, jobs: Optional[int] = None,
+            ccache: bool = True) -> BuildRequest:
     n = jobs or (os.cpu_count() or 1) + 1
     return BuildRequest(src=layout.src, obj=layout.obj, fragment=layout.fragment,
                         jobs=n, use_ccache=ccache)

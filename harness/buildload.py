@@ -116,8 +116,8 @@ def image(layout: Layout = LAYOUT, nfiles: int = DEFAULT_FILES) -> Path:
     size_mb = int(sum(f.stat().st_size for f in stage.rglob("*") if f.is_file()
                       and not f.is_symlink()) / 2**20 * 1.4) + 128
     tmp = img.with_suffix(".tmp")
-    cmd = ["mke2fs", "-q", "-F", "-t", "ext2", "-b", "4096", "-L", LABEL, "-d", str(stage), str(tmp),
-           f"{size_mb}M"]
+    cmd = ["mke2fs", "-q", "-F", "-t", "ext2", "-b", "4096", "-L", LABEL, "-d", str(stage),
+           str(tmp), f"{size_mb}M"]
     printer.command(cmd)
     r = subprocess.run(cmd, capture_output=True, text=True)
     shutil.rmtree(stage, ignore_errors=True)

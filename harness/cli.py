@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import attacks, bench, buildload, series, build, console, deps, guest, initramfs, judge, printer, qemu, report, source
-from . import selftests
-from . import errors
+from . import (attacks, bench, build, buildload, console, deps, errors, guest, initramfs, judge,
+               printer, qemu, report, selftests, series, source)
 from .errors import HarnessError
 from .paths import LAYOUT
 
@@ -310,9 +309,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_selftests(args: argparse.Namespace) -> int:
     """Upstream's mm selftests in each mode, compared with xpfo=off."""
     if args.kernel:
-        kernel: Optional[Path] = Path(args.kernel).resolve()
-        if not kernel.is_file():
+        image = Path(args.kernel).resolve()
+        if not image.is_file():
             raise HarnessError(f"no such kernel image: {args.kernel}")
+        kernel: Optional[Path] = image
         commit = "unknown (--kernel)"
     else:
         ensure_kernel(args)
@@ -389,7 +389,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     deps.ensure(quiet=True)  # the unit tests use cpio, tar/xz, git and perl too
-    cmd = [sys.executable, "-m", "pytest", "-v", "-rs", str(LAYOUT.root / "tests"), *args.pytest_args]
+    cmd = [sys.executable, "-m", "pytest", "-v", "-rs", str(LAYOUT.root / "tests"),
+           *args.pytest_args]
     printer.command(cmd)
     return subprocess.call(cmd, cwd=LAYOUT.root)
 

@@ -89,8 +89,8 @@ def build(layout: Layout = LAYOUT) -> Path:
         entries.append(Entry(f"xh/bin/{p.name}", stat.S_IFREG | 0o755, p.read_bytes()))
     target = layout.initramfs
     tmp = target.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        w = Newc(f)
+    with open(tmp, "wb") as out:
+        w = Newc(out)
         for e in entries:
             w.add(e)
         w.close()

@@ -49,7 +49,7 @@ SUCCESS = Verdict(Status.SUCCESS)
 
 def worst(verdicts: Iterable[Verdict]) -> Verdict:
     """One verdict for several: the worst status, every reason."""
-    status, reasons = Status.SUCCESS, []
+    status, reasons = Status.SUCCESS, []  # type: Status, List[str]
     for v in verdicts:
         if _RANK[v.status] > _RANK[status]:
             status = v.status

@@ -1,7 +1,7 @@
 """Both sides of an attack test: the judge must be able to fail."""
 
-from harness import attacks, console
 from conftest import DATA
+from harness import attacks, console
 
 STEP = "lkdtm:XPFO_READ_USER"
 
@@ -76,6 +76,6 @@ def test_by_design_cell_is_reported_not_hidden():
     con = console.parse(text.splitlines())
     v = attacks.judge_read(con, "lkdtm:XPFO_SMP", "XPFO_SMP", "deferred")
     assert v.passed and v.detail.startswith("XFAIL (expected by design")
-    # the same read in batch mode is a failure: batch must stop it
-    v = attacks.judge_read(con, "lkdtm:XPFO_SMP", "XPFO_SMP", "batch")
+    # the same read in sync mode is a failure: sync must stop it
+    v = attacks.judge_read(con, "lkdtm:XPFO_SMP", "XPFO_SMP", "sync")
     assert not v.passed and "NOT STOPPED" in v.detail

@@ -1,7 +1,7 @@
 """Console parsing, pinned by saved logs."""
 
-from harness import console
 from conftest import DATA
+from harness import console
 
 
 def _parse(name: str) -> console.Console:

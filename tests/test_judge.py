@@ -5,8 +5,8 @@ from typing import List
 
 import pytest
 
-from harness import console, judge, qemu
 from conftest import DATA
+from harness import console, judge, qemu
 
 
 def _run(lines: List[str], outcome: qemu.Outcome = qemu.Outcome.POWERED_OFF,
