@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 from . import (attacks, bench, build, buildload, console, deps, errors, guest, initramfs, judge,
                printer, qemu, report, selftests, series, source)
+from . import configs
 from .errors import HarnessError
 from .paths import LAYOUT
 
@@ -353,14 +354,58 @@ def cmd_series_check(args: argparse.Namespace) -> int:
     if args.write:
         path = LAYOUT.root / "docs" / "SERIES.md"
         path.parent.mkdir(exist_ok=True)
+        _, shipped = _split_series_doc(path)
         path.write_text("# Series check\n\nCommand: `./xpfo series-check --write`, "
                         f"{time.strftime('%Y-%m-%d', time.gmtime())}.\n\n"
                         "Each patch is checked out in `build/series-src` and built in "
                         "`build/series-obj` over the previous patch's objects, with "
                         "ccache: build times are incremental, not clean builds.\n\n"
-                        f"{text}\n")
+                        f"{text}\n{shipped}")
     ok = all(r.build_ok and r.errors == 0 for r in results)
     return 0 if ok else 1
+
+
+SHIPPED_HEADING = "## Shipped configurations"
+
+
+def _split_series_doc(path: Path) -> "tuple[str, str]":
+    """docs/SERIES.md: the per-patch part and the shipped-configurations part."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return "", ""
+    i = text.find(SHIPPED_HEADING)
+    return (text, "") if i < 0 else (text[:i], "\n" + text[i:])
+
+
+def cmd_configs(args: argparse.Namespace) -> int:
+    unknown = [n for n in args.names if n not in {c.name for c in configs.CONFIGS}]
+    if unknown:
+        raise HarnessError(f"unknown configuration {unknown[0]!r}",
+                           "known: " + ", ".join(c.name for c in configs.CONFIGS))
+    deps.ensure(quiet=True)
+    source.prepare(LAYOUT)
+    results = []
+    for cfg in configs.by_name(args.names):
+        printer.info("configs", f"{cfg.name}: {cfg.what} (a clean build in build/cfg-{cfg.name})")
+        r = configs.build_one(cfg, LAYOUT, jobs=args.jobs)
+        printer.info("configs", f"{cfg.name}: {'builds' if r.ok else 'FAILS'} "
+                     f"({printer.fmt_elapsed(r.elapsed)})")
+        if not r.ok:
+            printer.raw(r.message)
+        results.append(r)
+    text = configs.table(results)
+    printer.raw(text)
+    if args.write:
+        path = LAYOUT.root / "docs" / "SERIES.md"
+        head, _ = _split_series_doc(path)
+        path.write_text(head.rstrip("\n") + f"\n\n{SHIPPED_HEADING}\n\n"
+                        f"Command: `./xpfo configs --write`, "
+                        f"{time.strftime('%Y-%m-%d', time.gmtime())}. Each is a build from "
+                        "scratch (with ccache) of `x86_64_defconfig` + `kvm_guest.config` + "
+                        "the options named, at the series HEAD shown; not run in CI.\n\n"
+                        f"{text}\n")
+    return 0 if all(r.ok for r in results) else 1
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
@@ -471,6 +516,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--jobs", type=positive, default=None)
     sp.add_argument("--no-build", action="store_true", help="checkpatch only")
     sp.add_argument("--write", action="store_true", help="write docs/SERIES.md")
+    sp = add("configs", cmd_configs,
+             "build the series in shipped configurations (MAXSMP; modules with LKDTM=m)")
+    sp.add_argument("names", nargs="*", metavar="NAME",
+                    help=", ".join(c.name for c in configs.CONFIGS) + " (default: all)")
+    sp.add_argument("--jobs", type=positive, default=None)
+    sp.add_argument("--write", action="store_true", help="record the table in docs/SERIES.md")
     sp = add("parse", cmd_parse, "re-parse a saved console log")
     sp.add_argument("log")
     sp.add_argument("--mode", choices=MODES, help="also judge the attack tests for this mode")

@@ -1,0 +1,41 @@
+"""The shipped-configuration builds: selection, table, and SERIES.md sections."""
+
+import argparse
+
+import pytest
+
+from harness import cli, configs
+from harness.errors import HarnessError
+
+
+def test_configs_cover_maxsmp_and_modules():
+    names = {c.name: c for c in configs.CONFIGS}
+    assert "CONFIG_MAXSMP=y" in names["maxsmp"].options
+    mods = names["modules"]
+    assert {"CONFIG_MODULES=y", "CONFIG_LKDTM=m", "CONFIG_TEST_XPFO_RET2DIR=m"} <= set(mods.options)
+    assert "modules" in mods.targets
+    assert [c.name for c in configs.by_name(None)] == [c.name for c in configs.CONFIGS]
+    assert [c.name for c in configs.by_name(["modules"])] == ["modules"]
+
+
+def test_table_says_which_configuration_fails_and_why():
+    rs = [configs.ConfigResult("maxsmp", "m", False, 61.0, "abc123",
+                               "head64.c: error: BUILD_BUG_ON failed\nmore"),
+          configs.ConfigResult("modules", "x", True, 600.0, "abc123")]
+    t = configs.table(rs)
+    assert "| maxsmp | m | abc123 | FAILS: head64.c: error: BUILD_BUG_ON failed |" in t
+    assert "| modules | x | abc123 | builds |" in t
+
+
+def test_unknown_configuration_is_one_error():
+    with pytest.raises(HarnessError, match="unknown configuration 'bogus'"):
+        cli.cmd_configs(argparse.Namespace(names=["bogus"], jobs=None, write=False))
+
+
+def test_series_doc_keeps_the_shipped_section(tmp_path):
+    doc = tmp_path / "SERIES.md"
+    assert cli._split_series_doc(doc) == ("", "")
+    doc.write_text("# Series check\n\n| p |\n\n## Shipped configurations\n\n| c |\n")
+    head, shipped = cli._split_series_doc(doc)
+    assert head == "# Series check\n\n| p |\n\n"
+    assert shipped.strip().startswith("## Shipped configurations") and "| c |" in shipped
