@@ -137,6 +137,10 @@ def tables(data) -> str:
                 "| workload | policy |", "|---|---|"]
         out += [f"| {w} | {policy[w]} |" for w in workloads if policy.get(w)]
         out.append("")
+    checks = check_table(data)
+    if checks:
+        out += ["Counts the policy is checked by (median over rounds; fork's at its "
+                "set-up, the others over the timed part):\n", checks]
     for cpus in meta.get("cpus", []):
         out.append(f"### {_cpus_title(cpus, meta)}\n")
         if cpus in oversubscribed(meta):
@@ -223,6 +227,39 @@ def tables(data) -> str:
                        f"{f['round'] + 1}: {f['reason']}")
         out.append("")
     return "\n".join(out)
+
+
+def check_table(data) -> str:
+    """Pages populated against the faults counted, per checked cell."""
+    rows: Dict[Tuple[str, int, str], List[dict]] = defaultdict(list)
+    order: List[Tuple[str, int, str]] = []
+    for s in data.samples:
+        if isinstance(s.get("check"), dict):
+            key = (s["workload"], s["cpus"], s["mode"])
+            if key not in rows:
+                order.append(key)
+            rows[key].append(s)
+    if not rows:
+        return ""
+    out = ["| workload | vCPUs | mode | policy | pages | page faults | THP faults | KiB paged in |",
+           "|---|---|---|---|---|---|---|---|"]
+    first = {}
+    for w, _, _ in order:
+        first.setdefault(w, len(first))
+    modes = list(data.meta.get("modes", []))
+    for key in sorted(order, key=lambda k: (first[k[0]], k[1],
+                                            modes.index(k[2]) if k[2] in modes else 99)):
+        cells = rows[key]
+
+        def med(field: str) -> str:
+            vals = [c["check"][field] for c in cells if field in c["check"]]
+            sm = stats.summarize(vals)
+            return f"{sm.median:,.0f}" if sm else "-"
+
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {cells[0].get('huge', '?')} | "
+                   f"{med('pages')} | {med('pgfault')} | {med('thp_fault_alloc')} | "
+                   f"{med('pgpgin_kb')} |")
+    return "\n".join(out) + "\n"
 
 
 def plots(data, outdir: Path) -> List[Path]:

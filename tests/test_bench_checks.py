@@ -274,3 +274,15 @@ def test_buildload_commands_are_kbuilds_lines_without_ccache(tmp_path):
     assert buildload.commands(layout, 1) == rules[:1]
     with pytest.raises(HarnessError, match="only 2 compiled objects"):
         buildload.commands(layout, 3)
+
+
+def test_report_shows_the_counts_each_policy_is_checked_by():
+    lines = _lines([("sh:xbench:page_fault:8:1", _result("page_fault", "4k", 8192, 8300, 0)),
+                    ("sh:xbench:fork:32", _result("fork", "thp", 8192, 40, 16))])
+    data = bench.BenchData(meta={"modes": ["off"], "cpus": [1],
+                                 "policy": {"page_fault": "4K policy text"}})
+    bench.collect(_run(lines), WL_REQ, "off", 1, 0, data)
+    text = report.tables(data)
+    assert "| page_fault | 4K policy text |" in text
+    assert "| page_fault | 1 | off | 4k | 8,192 | 8,300 | 0 | - |" in text
+    assert "| fork | 1 | off | thp | 8,192 | 40 | 16 | - |" in text
