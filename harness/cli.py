@@ -318,8 +318,10 @@ def cmd_selftests(args: argparse.Namespace) -> int:
     else:
         ensure_kernel(args)
         kernel, commit = None, series_commit()
-    command = "./xpfo selftests --modes " + " ".join(args.modes) + f" --cpus {args.cpus}"
-    data = selftests.run_suite(args.modes, args.cpus, kernel, jobs=args.jobs, meta={
+    command = ("./xpfo selftests --modes " + " ".join(args.modes) + f" --cpus {args.cpus}"
+               + (f" --parallel {args.parallel}" if args.parallel > 1 else ""))
+    data = selftests.run_suite(args.modes, args.cpus, kernel, jobs=args.jobs,
+                               parallel=args.parallel, meta={
         "command": command + (f" --kernel {args.kernel}" if args.kernel else ""),
         "series_commit": commit, "kernel_image": str(kernel or LAYOUT.bzimage)})
     _write_json(LAYOUT.out / "selftests.json", data)
@@ -508,6 +510,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     sp.add_argument("--cpus", type=positive, default=1, help="vCPUs (-smp)")
     sp.add_argument("--kernel", help="boot this bzImage as it is (no ensure_kernel)")
+    sp.add_argument("--parallel", type=positive, default=1,
+                    help="guests at a time, one mode each (at most host cores / --cpus)")
     sp.add_argument("--jobs", type=positive, default=None, help="make -j")
     sp = add("demo", cmd_demo, "the main job: build, attack demo, quick benchmark")
     sp.add_argument("--jobs", type=positive, default=None)

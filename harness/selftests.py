@@ -20,6 +20,7 @@ Stages, each data in and data out:
   kernel reports during it, and the difference from xpfo=off.
 """
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -563,8 +564,11 @@ def table(modes: Dict[str, dict], base: str = "off") -> str:
 # ---------------------------------------------------------------- suite
 
 def run_suite(modes: Sequence[str], cpus: int, kernel: Optional[Path], meta: dict,
-              layout: Layout = LAYOUT, jobs: Optional[int] = None) -> dict:
-    """Build (when the tree changed), run every mode, compare with off."""
+              layout: Layout = LAYOUT, jobs: Optional[int] = None, parallel: int = 1) -> dict:
+    """Build (when the tree changed), run every mode, compare with off.
+
+    `parallel` guests at a time (each its own mode); keep it at most the
+    host's cores divided by the guest's vCPUs."""
     req = build_request(layout, jobs)
     b = build(req)
     printer.info("selftests", f"{len(b.built)} programs built"
@@ -577,7 +581,10 @@ def run_suite(modes: Sequence[str], cpus: int, kernel: Optional[Path], meta: dic
     programs = runnable(b.built)
     initrd = archive(req, programs, layout)
     start = time.monotonic()
-    runs = {mode: run_mode(mode, programs, initrd, kernel, cpus, layout) for mode in modes}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+        futures = {mode: pool.submit(run_mode, mode, programs, initrd, kernel, cpus, layout)
+                   for mode in modes}
+        runs = {mode: f.result() for mode, f in futures.items()}
     diffs = differences(runs)
     crashed = [f"xpfo={m}: guest {o}" for m, d in runs.items()
                for o in d["outcomes"] if o != qemu.Outcome.POWERED_OFF.value]
@@ -596,7 +603,7 @@ def run_suite(modes: Sequence[str], cpus: int, kernel: Optional[Path], meta: dic
     return {
         "meta": dict(meta, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                      elapsed=round(time.monotonic() - start), cpus=cpus,
-                     mem_mb=GUEST_MEM_MB),
+                     mem_mb=GUEST_MEM_MB, parallel=parallel),
         "build": {"built": b.built, "failed": b.failed, "not_run": NOT_RUN,
                   "stamp": b.stamp},
         "modes": runs,
