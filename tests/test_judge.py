@@ -138,3 +138,51 @@ def test_failed_benchmark_cells_fail_the_run():
                                "reason": "oops: BUG: x"}])
     assert v.reasons == ("benchmark fork xpfo=sync 2 vCPUs: oops: BUG: x",)
     assert judge.bench_failures([]).passed
+
+
+def _fake_guest(monkeypatch, lines: List[str]) -> None:
+    from harness import cli, guest
+    monkeypatch.setattr(cli, "ensure_kernel", lambda args: None)
+    monkeypatch.setattr(cli, "_write_json", lambda path, data: None)
+    monkeypatch.setattr(guest, "run", lambda req, **kw: _run(lines))
+
+
+def _attack_log(kunit: List[str]) -> List[str]:
+    # every attack step runs and the runner finishes: only KUnit decides
+    text = (DATA / "xpfo_off.log").read_text()
+    return _ktap(*kunit) + text.splitlines()
+
+
+def test_cmd_test_fails_on_kunit_with_xpfo_off(monkeypatch, capsys):
+    from harness import attacks, cli
+    monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus: [])
+    _fake_guest(monkeypatch, _attack_log(["ok 1 a # SKIP off"]))
+    assert cli.main(["test", "--modes", "off"]) == 0
+    _fake_guest(monkeypatch, _attack_log(["not ok 1 a"]))
+    assert cli.main(["test", "--modes", "off"]) == 1
+    assert "FAIL xpfo=off: KUnit xpfo suite, xpfo=off: a failed" in capsys.readouterr().out
+
+
+def test_cmd_demo_fails_on_kunit_and_on_benchmark_failures(monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from harness import attacks, cli
+    monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus: [])
+    bench = SimpleNamespace(failures=[])
+    monkeypatch.setattr(cli, "run_bench", lambda *a, **kw: bench)
+    good = {"off": ["ok 1 a # SKIP off"], "on": ["ok 1 a"]}
+
+    def run(req, **kw):
+        mode = req.params[0].split("=")[1]
+        return _run(_attack_log(good["off" if mode == "off" else "on"]))
+
+    _fake_guest(monkeypatch, [])
+    from harness import guest
+    monkeypatch.setattr(guest, "run", run)
+    assert cli.main(["demo"]) == 0
+    good["on"] = ["not ok 1 a"]
+    assert cli.main(["demo"]) == 1
+    good["on"] = ["ok 1 a"]
+    bench.failures = [{"workload": "fork", "mode": "sync", "cpus": 2, "reason": "WARNING: x"}]
+    assert cli.main(["demo"]) == 1
+    assert "FAIL: benchmark fork xpfo=sync 2 vCPUs: WARNING: x" in capsys.readouterr().out
