@@ -250,15 +250,12 @@ def check_table(data) -> str:
     for key in sorted(order, key=lambda k: (first[k[0]], k[1],
                                             modes.index(k[2]) if k[2] in modes else 99)):
         cells = rows[key]
-
-        def med(field: str) -> str:
-            vals = [c["check"][field] for c in cells if field in c["check"]]
-            sm = stats.summarize(vals)
-            return f"{sm.median:,.0f}" if sm else "-"
-
+        meds = []
+        for field in ("pages", "pgfault", "thp_fault_alloc", "pgpgin_kb"):
+            sm = stats.summarize([c["check"][field] for c in cells if field in c["check"]])
+            meds.append(f"{sm.median:,.0f}" if sm else "-")
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {cells[0].get('huge', '?')} | "
-                   f"{med('pages')} | {med('pgfault')} | {med('thp_fault_alloc')} | "
-                   f"{med('pgpgin_kb')} |")
+                   + " | ".join(meds) + " |")
     return "\n".join(out) + "\n"
 
 
