@@ -7,6 +7,7 @@ prints. The integration test boots the kernel (marked 'integration').
 import argparse
 import dataclasses
 import os
+from pathlib import Path
 
 import pytest
 
@@ -196,7 +197,7 @@ def test_selftests_off_and_sync(tmp_path):
     kernel = os.environ.get("XPFO_SELFTESTS_KERNEL")
     if kernel is None:
         cli.ensure_kernel(argparse.Namespace(jobs=None))
-    data = st.run_suite(["off", "sync"], 1, kernel and os.path.abspath(kernel),
+    data = st.run_suite(["off", "sync"], 1, Path(kernel).resolve() if kernel else None,
                         meta={"command": "pytest"})
     off = data["modes"]["off"]
     assert off["outcomes"] == ["powered off"], off["logs"]
