@@ -103,7 +103,8 @@ def test_kunit_that_did_not_run_or_stopped_early_fails():
 
 def test_kunit_counts_only_the_xpfo_suite():
     con = console.parse((DATA / "ktap_kunit.log").read_text().splitlines())
-    assert judge.kunit_counts(con) == {"pass": 1, "fail": 1, "skip": 1}
+    assert judge.kunit_counts(con) == {"pass": 14, "fail": 0, "skip": 1}
+    assert judge.kunit(con, "sync").passed and not judge.kunit(con, "batch").passed
 
 
 def test_attack_run_judges_attacks_kunit_and_the_boot_together():
