@@ -309,6 +309,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_selftests(args: argparse.Namespace) -> int:
     """Upstream's mm selftests in each mode, compared with xpfo=off."""
+    if args.from_logs:
+        logs = [Path(p) for p in args.from_logs]
+        missing = [str(p) for p in logs if not p.is_file()]
+        if missing:
+            raise HarnessError(f"no such log: {missing[0]}")
+        data = selftests.summarize(selftests.from_logs(logs), {
+            "command": "./xpfo selftests --from-logs " + " ".join(map(str, logs))}, {})
+        _write_json(LAYOUT.out / "selftests.json", data)
+        return 0 if data["passed"] else 1
     if args.kernel:
         image = Path(args.kernel).resolve()
         if not image.is_file():
@@ -512,6 +521,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--kernel", help="boot this bzImage as it is (no ensure_kernel)")
     sp.add_argument("--parallel", type=positive, default=1,
                     help="guests at a time, one mode each (at most host cores / --cpus)")
+    sp.add_argument("--from-logs", nargs="+", metavar="LOG",
+                    help="rebuild the table from saved guest logs (...-selftests-MODE.log)")
     sp.add_argument("--jobs", type=positive, default=None, help="make -j")
     sp = add("demo", cmd_demo, "the main job: build, attack demo, quick benchmark")
     sp.add_argument("--jobs", type=positive, default=None)

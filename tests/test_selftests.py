@@ -206,3 +206,39 @@ def test_selftests_off_and_sync(tmp_path):
     t = data["totals"]["off"]
     assert t["programs"] >= 40 and t["skip"] * 4 < t["cases"], t
     assert data["modes"]["sync"]["programs"]
+
+
+def test_uffd_unit_tests_cases_and_summary():
+    lines = ["SELFTEST-BEGIN uffd-unit-tests",
+             "Testing UFFDIO_API (with syscall)... done",
+             "Testing zeropage on anon... done",
+             "Testing poison on anon... skipped [reason: feature missing]",
+             "Testing wp-fork on shmem... failed [reason: wrong value]"]
+    cut = st.parse(lines + ["SELFTEST-END uffd-unit-tests 137 300"],
+                   [st.Program("uffd-unit-tests", ("uffd-unit-tests",), timeout=300)])
+    r = cut["uffd-unit-tests"]
+    assert r.status == "timeout" and r.counts() == (2, 2, 1)
+    whole = st.parse(lines + ["Userfaults unit tests: pass=2, skip=1, fail=1 (total=4)",
+                              "SELFTEST-END uffd-unit-tests 1 20"], PROGS)
+    assert whole["uffd-unit-tests"].counts() == (2, 1, 1)
+    assert whole["uffd-unit-tests"].status == "fail"
+
+
+def test_both_cut_at_their_deadline_is_no_difference():
+    a = st.ProgramResult("x", status="timeout", passed=61, errors=1)
+    b = st.ProgramResult("x", status="timeout", passed=57, errors=1)
+    assert st.same(a, b)
+    assert not st.same(a, st.ProgramResult("x", status="pass", passed=61))
+
+
+def test_from_logs_merges_boots_per_mode(tmp_path):
+    crash = OFF[:OFF.index("ok 2 No leak")] + "[ 50.1] Kernel panic - not syncing: x\n"
+    rest = "# XH-STEP-BEGIN selftests:2\n" + OFF[OFF.index("SELFTEST-BEGIN memfd_secret"):]
+    (tmp_path / "1-selftests-off.log").write_text(crash)
+    (tmp_path / "2-selftests-off-1.log").write_text(rest)
+    runs = st.from_logs([tmp_path / "1-selftests-off.log", tmp_path / "2-selftests-off-1.log"])
+    off = runs["off"]
+    assert off["outcomes"] == ["crashed", "powered off"]
+    assert off["programs"]["cow"]["status"] == "crashed"
+    assert off["programs"]["memfd_secret"]["status"] == "pass"
+    assert "gup_test:u" not in off["programs"]   # in no log: not built or not listed
