@@ -374,7 +374,8 @@ class ProgramResult:
 
 
 _BEGIN = re.compile(r"^SELFTEST-BEGIN (\S+)")
-_END = re.compile(r"^SELFTEST-END (\S+) (-?\d+) (\d+)")
+# (a program whose last line has no newline runs into the marker)
+_END = re.compile(r"SELFTEST-END (\S+) (-?\d+) (\d+)\s*$")
 # the runner's own lines: the step ended (or the runner did)
 _STEP_OVER = re.compile(r"^(?:# )?XH-(?:STEP-END|DONE)\b|^(?:not )?ok \d+ selftests(?::\d+)?(?:\s|$)")
 _TOTALS = re.compile(r"# Totals: pass:(\d+) fail:(\d+) xfail:(\d+) xpass:(\d+) "
@@ -474,8 +475,10 @@ def parse(lines: Sequence[str], programs: Sequence[Program] = ()) -> Dict[str, P
             continue
         if cur is None:
             continue
-        m = _END.match(line)
+        m = _END.search(line)
         if m and m.group(1) == cur:
+            if m.start():
+                buf.append(line[:m.start()])
             _finish(out[cur], buf, {"exit": int(m.group(2)), "secs": int(m.group(3))},
                     timeouts.get(cur, 0))
             cur, buf = None, []

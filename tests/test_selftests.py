@@ -242,3 +242,8 @@ def test_from_logs_merges_boots_per_mode(tmp_path):
     assert off["programs"]["cow"]["status"] == "crashed"
     assert off["programs"]["memfd_secret"]["status"] == "pass"
     assert "gup_test:u" not in off["programs"]   # in no log: not built or not listed
+
+
+def test_end_marker_after_output_without_newline():
+    r = st.parse(["SELFTEST-BEGIN cow", "errno at assert: 2SELFTEST-END cow 163 3"], PROGS)
+    assert r["cow"].finished and r["cow"].exit == 163 and r["cow"].status == "fail"
