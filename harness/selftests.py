@@ -12,7 +12,8 @@ Stages, each data in and data out:
   runner's initramfs (build/selftests/initramfs.cpio); the default initramfs
   stays small.
 - run_mode(): boots the kernel once per mode; the guest step
-  guest/steps/selftests runs each program with a deadline, its output on the
+  guest/steps/selftests runs each program with a deadline (swap on the
+  scratch disk, for the MADV_PAGEOUT cases), its output on the
   console between SELFTEST-BEGIN and SELFTEST-END (exit status, seconds). A kernel crash ends the
   guest: the next boot goes on after the program that was running.
 - parse()/compare()/table(): pure; per program the kselftest totals (or the
@@ -88,7 +89,8 @@ PROGRAMS: List[Program] = [
     _p("hugepage-vmemmap"),
     _p("hugetlb-madvise"),
     _p("hugetlb_dio"),
-    _p("hugetlb_fault_after_madv", hugepages=1),
+    # 10000 rounds of two racing threads: minutes under TCG, cut at 120 s
+    _p("hugetlb_fault_after_madv", hugepages=1, timeout=120),
     _p("hugetlb_madv_vs_map", hugepages=1),
     _p("map_fixed_noreplace"),
     _p("gup_test:u", "gup_test", "-u"),
@@ -325,7 +327,7 @@ def run_mode(mode: str, programs: Sequence[Program], initrd: Path, kernel: Optio
         deadline = sum(p.timeout + 10 for p in programs[start:]) + 180
         req = guest.GuestRequest(steps=["info", f"{STEP}:{start}"], cpus=cpus,
                                  mem_mb=GUEST_MEM_MB, params=[f"xpfo={mode}"],
-                                 timeout=deadline, kernel=kernel,
+                                 timeout=deadline, kernel=kernel, disk=True,
                                  label=f"selftests-{mode}" + (f"-{boot}" if boot else ""))
         m = dataclasses.replace(guest.machine(req, layout), initrd=initrd)
         log = guest.log_path(layout, req.label)
