@@ -228,6 +228,7 @@ def test_both_cut_at_their_deadline_is_no_difference():
     a = st.ProgramResult("x", status="timeout", passed=61, errors=1)
     b = st.ProgramResult("x", status="timeout", passed=57, errors=1)
     assert st.same(a, b)
+    assert not st.same(a, st.ProgramResult("x", status="timeout", passed=50, failed=1, errors=1))
     assert not st.same(a, st.ProgramResult("x", status="pass", passed=61))
 
 
