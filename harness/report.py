@@ -11,6 +11,8 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             ("xpfo_deferred_flush", "deferred flushes"),
             ("xpfo_batch_preflushed", "served pre-flushed"),
             ("xpfo_batch_kept", "freed unmapped"), ("xpfo_kmap", "kmaps"),
+            # what clearing freed user frames before their alias is back costs
+            ("xpfo_clear", "cleared before remap"), ("xpfo_atomic", "atomic allocs"),
             # the huge-page policy, visible: a 4K workload has about 1000 page
             # faults per 1000 pages, a THP one about 2 THP faults
             ("pgfault", "page faults"), ("thp_fault_alloc", "THP faults")]
