@@ -170,12 +170,17 @@ static void unmap(char *base, size_t maplen)
 		die("munmap");
 }
 
-/* Each of PROCS processes maps len, touches every page, unmaps, 4 times. */
-static void page_fault(const char *name, size_t mb, int procs, int thp)
+/* One process of a fault workload: its index, the length and the rounds. */
+typedef void (*fault_child)(int i, size_t len, int rounds, int thp);
+
+/*
+ * Run PROCS processes of @child at once and wait for them; @d gets the
+ * kernel's counters over the timed part. Returns the seconds it took.
+ */
+static double timed_procs(int procs, fault_child child, size_t len, int rounds, int thp,
+			  struct vm *d)
 {
-	size_t len = mb << 20;
-	int rounds = 4;
-	struct vm before, after, d;
+	struct vm before, after;
 	double t;
 
 	vm_snap(&before);
@@ -186,13 +191,7 @@ static void page_fault(const char *name, size_t mb, int procs, int thp)
 		if (pid < 0)
 			die("fork");
 		if (pid == 0) {
-			for (int r = 0; r < rounds; r++) {
-				char *base;
-				size_t ml;
-
-				map_touch(len, thp, &base, &ml);
-				unmap(base, ml);
-			}
+			child(i, len, rounds, thp);
 			_exit(0);
 		}
 	}
@@ -200,11 +199,60 @@ static void page_fault(const char *name, size_t mb, int procs, int thp)
 		;
 	t = now() - t;
 	vm_snap(&after);
-	vm_delta(&d, &after, &before);
+	vm_delta(d, &after, &before);
+	return t;
+}
+
+static void page_fault_child(int i, size_t len, int rounds, int thp)
+{
+	(void)i;
+	for (int r = 0; r < rounds; r++) {
+		char *base;
+		size_t ml;
+
+		map_touch(len, thp, &base, &ml);
+		unmap(base, ml);
+	}
+}
+
+/* Each of PROCS processes maps len, touches every page, unmaps, 4 times. */
+static void page_fault(const char *name, size_t mb, int procs, int thp)
+{
+	size_t len = mb << 20;
+	int rounds = 4;
+	struct vm d;
+	double t = timed_procs(procs, page_fault_child, len, rounds, thp, &d);
 	unsigned long pages = (unsigned long)procs * rounds * (len / PAGE);
 	struct check chk = { pages, &d, NULL };
 
 	report(name, pages / t, "pages/s", "higher", t, pages, thp ? "thp" : "4k", &chk, &d);
+}
+
+static void page_fault_shared_child(int i, size_t len, int rounds, int thp)
+{
+	char path[64];
+	int fd;
+
+	(void)thp;
+	snprintf(path, sizeof(path), "/tmp/xbench-shared.%d", i);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		die(path);
+	unlink(path);
+	if (ftruncate(fd, len))
+		die("ftruncate");
+	for (int r = 0; r < rounds; r++) {
+		char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+		if (p == MAP_FAILED)
+			die("mmap");
+		if (madvise(p, len, MADV_NOHUGEPAGE))
+			die("madvise");
+		for (size_t off = 0; off < len; off += PAGE)
+			p[off] = 1;
+		unmap(p, len);
+	}
+	close(fd);
 }
 
 /*
@@ -216,47 +264,8 @@ static void page_fault_shared(size_t mb, int procs)
 {
 	size_t len = mb << 20;
 	int rounds = 4;
-	struct vm before, after, d;
-	double t;
-
-	vm_snap(&before);
-	t = now();
-	for (int i = 0; i < procs; i++) {
-		pid_t pid = fork();
-
-		if (pid < 0)
-			die("fork");
-		if (pid == 0) {
-			char path[64];
-			int fd;
-
-			snprintf(path, sizeof(path), "/tmp/xbench-shared.%d", i);
-			fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-			if (fd < 0)
-				die(path);
-			unlink(path);
-			if (ftruncate(fd, len))
-				die("ftruncate");
-			for (int r = 0; r < rounds; r++) {
-				char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-
-				if (p == MAP_FAILED)
-					die("mmap");
-				if (madvise(p, len, MADV_NOHUGEPAGE))
-					die("madvise");
-				for (size_t off = 0; off < len; off += PAGE)
-					p[off] = 1;
-				unmap(p, len);
-			}
-			close(fd);
-			_exit(0);
-		}
-	}
-	while (wait(NULL) > 0)
-		;
-	t = now() - t;
-	vm_snap(&after);
-	vm_delta(&d, &after, &before);
+	struct vm d;
+	double t = timed_procs(procs, page_fault_shared_child, len, rounds, 0, &d);
 	unsigned long pages = (unsigned long)procs * rounds * (len / PAGE);
 	struct check chk = { pages, &d, NULL };
 
