@@ -90,10 +90,15 @@ def default_cpus(host_cpus: Optional[int] = None) -> List[int]:
 
 
 def oversubscribed(cpus: Sequence[int], host_cpus: object) -> List[int]:
-    """The vCPU counts above the host's cores (none when they are unknown)."""
+    """The vCPU counts above the host's cores (none when they are unknown).
+
+    host_cpus comes from run metadata: nproc's output (a string), a count
+    from os.cpu_count(), or anything else a saved file held."""
+    if not isinstance(host_cpus, (str, int, float)):
+        return []
     try:
-        host = int(host_cpus)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        host = int(host_cpus)
+    except ValueError:
         return []
     return sorted({c for c in cpus if c > host})
 
@@ -215,7 +220,7 @@ def collect(run: qemu.Run, req: BenchRequest, mode: str, cpus: int, rnd: int,
                 reason = f"exit status {st.exit_status}"
             else:
                 reason = check(r)
-            if reason:
+            if reason or r is None:     # r is None always has a reason
                 data.failures.append({**cell, "reason": reason, "log": str(run.log)})
                 continue
             # The workload's own counters cover its timed part only (fork's
@@ -293,9 +298,11 @@ def run(req: BenchRequest, meta: Dict[str, object], kernel: Optional[Path] = Non
                            "workloads": [w.step for w in req.workloads],
                            "policy": {n: POLICY.get(n, "") for w in req.workloads
                                       for n in w.reports}})
-    data.meta["oversubscribed"] = oversubscribed(req.cpus, data.meta.get("host_cpus"))
-    data.meta["retries"] = []
-    for c in data.meta["oversubscribed"]:
+    over = oversubscribed(req.cpus, data.meta.get("host_cpus"))
+    retries: List[dict] = []
+    data.meta["oversubscribed"] = over
+    data.meta["retries"] = retries
+    for c in over:
         printer.warn(f"{c} vCPUs on {data.meta.get('host_cpus')} host cores: oversubscribed, "
                      "reported but not judged")
     total = req.rounds * len(req.cpus) * len(req.modes)
@@ -323,7 +330,7 @@ def run(req: BenchRequest, meta: Dict[str, object], kernel: Optional[Path] = Non
                                           label=f"bench-{mode}-{cpus}cpu-r{rnd}")
                 r, retry = boot(greq, {"mode": mode, "cpus": cpus, "round": rnd})
                 if retry:
-                    data.meta["retries"].append(retry)
+                    retries.append(retry)
                 collect(r, req, mode, cpus, rnd, data)
                 done += 1
     data.meta["elapsed_s"] = round(time.monotonic() - start, 1)
@@ -371,12 +378,13 @@ def from_logs(logs: Sequence[Path], req: BenchRequest, meta: Dict[str, object]) 
         collect(run, req, mode, cpus, rnd, data)
     seen = list(boots)
     data.meta["modes"] = [m for m in req.modes if any(s[0] == m for s in seen)]
-    data.meta["cpus"] = sorted({s[1] for s in seen})
+    cpus_seen = sorted({s[1] for s in seen})
+    data.meta["cpus"] = cpus_seen
     data.meta["rounds"] = len({s[2] for s in seen})
     data.meta["logs"] = sum(len(p) for p in boots.values())
     data.meta["retries"] = retries
     data.meta["oversubscribed"] = oversubscribed(
-        data.meta["cpus"], meta.get("host_cpus") or os.cpu_count())
+        cpus_seen, meta.get("host_cpus") or os.cpu_count())
     data.meta.setdefault("policy", {n: POLICY.get(n, "") for w in req.workloads
                                     for n in w.reports})
     return data

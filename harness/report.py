@@ -158,11 +158,10 @@ def tables(data) -> str:
         for w in workloads:
             cells, unit = [], ""
             for m in modes:
-                cell = idx.get((w, cpus, m))
-                if cell:
-                    vals = [s["value"] for s in cell.values()]
-                    unit = next(iter(cell.values()))["unit"]
-                    sm = stats.summarize(vals)
+                by_round = idx.get((w, cpus, m)) or {}
+                sm = stats.summarize([s["value"] for s in by_round.values()])
+                if sm is not None:
+                    unit = next(iter(by_round.values()))["unit"]
                     txt = f"{_fmt(sm.median)} [{_fmt(sm.lo)}–{_fmt(sm.hi)}]"
                     if (w, cpus, m) in failed:
                         txt += " (some rounds failed)"
@@ -245,7 +244,7 @@ def check_table(data) -> str:
         return ""
     out = ["| workload | vCPUs | mode | policy | pages | page faults | THP faults | KiB paged in |",
            "|---|---|---|---|---|---|---|---|"]
-    first = {}
+    first: Dict[str, int] = {}
     for w, _, _ in order:
         first.setdefault(w, len(first))
     modes = list(data.meta.get("modes", []))
@@ -362,7 +361,7 @@ def targets(data) -> str:
             "than sync", factor >= 20,
             f"sync {s_ipi:.1f}, batch {b_ipi:.2f}: {factor:.0f}x fewer")
     s, d, b = (ratio("build_sys", hi, m) for m in ("sync", "deferred", "batch"))
-    if None not in (s, d, b):
+    if s is not None and d is not None and b is not None:
         row(f"build system time, {hi} vCPUs: sync > deferred > batch", s > d > b,
             f"sync {s:.2f}x, deferred {d:.2f}x, batch {b:.2f}x")
         row(f"build system time, {hi} vCPUs: batch <= 1.15x of off", b <= 1.15, f"{b:.2f}x")

@@ -637,8 +637,8 @@ def summarize(runs: Dict[str, dict], meta: dict, build_info: dict) -> dict:
                     f"passed, {t['fail']} failed, {t['skip']} skipped "
                     f"({100.0 * t['skip'] / max(t['cases'], 1):.1f}%), "
                     f"{t['reports']} kernel reports")
-    for d in diffs + crashed:
-        printer.raw(f"DIFF {d}")
+    for diff in diffs + crashed:
+        printer.raw(f"DIFF {diff}")
     return {
         "meta": dict(meta, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())),
         "build": build_info,
