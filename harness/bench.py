@@ -281,9 +281,10 @@ def host_meta() -> Dict[str, object]:
                 break
     except OSError:
         pass
+    qemu_version = out([qemu.QEMU, "--version"])
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "qemu": out([qemu.QEMU, "--version"]).splitlines()[0] if out([qemu.QEMU, "--version"]) else "unknown",
+        "qemu": qemu_version.splitlines()[0] if qemu_version else "unknown",
         "host_cpu": cpu,
         "host_cpus": out(["nproc"]),
         "host": platform.node(),

@@ -235,7 +235,8 @@ def build_failures(log_text: str, missing: Sequence[str]) -> Dict[str, str]:
     out = {}
     for name in missing:
         base = re.sub(r"_(32|64)$", "", name)
-        out[name] = first.get(name) or first.get(base) or "not built (see build/selftests/build.log)"
+        out[name] = (first.get(name) or first.get(base)
+                     or "not built (see build/selftests/build.log)")
     return out
 
 
@@ -380,7 +381,8 @@ _BEGIN = re.compile(r"^SELFTEST-BEGIN (\S+)")
 # (a program whose last line has no newline runs into the marker)
 _END = re.compile(r"SELFTEST-END (\S+) (-?\d+) (\d+)\s*$")
 # the runner's own lines: the step ended (or the runner did)
-_STEP_OVER = re.compile(r"^(?:# )?XH-(?:STEP-END|DONE)\b|^(?:not )?ok \d+ selftests(?::\d+)?(?:\s|$)")
+_STEP_OVER = re.compile(r"^(?:# )?XH-(?:STEP-END|DONE)\b"
+                        r"|^(?:not )?ok \d+ selftests(?::\d+)?(?:\s|$)")
 _TOTALS = re.compile(r"# Totals: pass:(\d+) fail:(\d+) xfail:(\d+) xpass:(\d+) "
                      r"skip:(\d+) error:(\d+)")
 _TAP = re.compile(r"^(not ok|ok) \d+\b(.*)$")

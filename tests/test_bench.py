@@ -33,14 +33,17 @@ GOOD = [
     'RESULT {"label": "start", "counters": {"xpfo_unmap": 10, "xpfo_flush_ipi_sent": 1}}',
     "XH-STEP-END vmstat:start 0",
     "XH-STEP-BEGIN sh:xbench:mmap:8",
-    'RESULT {"workload": "mmap", "value": 4.0, "unit": "ms", "better": "lower", "seconds": 1, "user_pages": 2048}',
-    'RESULT {"workload": "munmap", "value": 1.0, "unit": "ms", "better": "lower", "seconds": 1, "user_pages": 0}',
+    'RESULT {"workload": "mmap", "value": 4.0, "unit": "ms", "better": "lower", "seconds": 1, '
+    '"user_pages": 2048}',
+    'RESULT {"workload": "munmap", "value": 1.0, "unit": "ms", "better": "lower", "seconds": 1, '
+    '"user_pages": 0}',
     "XH-STEP-END sh:xbench:mmap:8 0",
     "XH-STEP-BEGIN vmstat:0",
     'RESULT {"label": "0", "counters": {"xpfo_unmap": 2058, "xpfo_flush_ipi_sent": 2049}}',
     "XH-STEP-END vmstat:0 0",
     "XH-STEP-BEGIN sh:xbench:lseek",
-    'RESULT {"workload": "lseek", "value": 100000, "unit": "calls/s", "better": "higher", "seconds": 1, "user_pages": 0}',
+    'RESULT {"workload": "lseek", "value": 100000, "unit": "calls/s", "better": "higher", '
+    '"seconds": 1, "user_pages": 0}',
     "XH-STEP-END sh:xbench:lseek 0",
     "XH-STEP-BEGIN vmstat:1",
     'RESULT {"label": "1", "counters": {"xpfo_unmap": 2060, "xpfo_flush_ipi_sent": 2051}}',

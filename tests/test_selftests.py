@@ -110,7 +110,8 @@ def test_killed_at_its_deadline_is_a_timeout():
 
 
 def test_guest_dying_mid_program_is_a_crash_and_later_programs_not_run():
-    text = OFF[:OFF.index("ok 2 No leak")] + "[   50.1] Kernel panic - not syncing: Fatal exception\n"
+    text = (OFF[:OFF.index("ok 2 No leak")]
+            + "[   50.1] Kernel panic - not syncing: Fatal exception\n")
     r = st.parse(text.splitlines(), PROGS)
     assert r["cow"].status == "crashed" and not r["cow"].finished
     assert [i.split(":")[0] for i in r["cow"].incidents] == ["panic"]
