@@ -2,8 +2,6 @@
 (6.12 + the series under QEMU, the runner's output kept whole, the boot
 messages before it trimmed to the kernel's version, command line and mode)."""
 
-import pytest
-
 from conftest import DATA
 from harness import console
 
@@ -132,26 +130,3 @@ def test_result_line_cut_on_the_console_is_an_error_not_mended():
                          "XH-STEP-END x 0"])
     assert len(con.errors) == 1 and con.steps["x"].results == []
     assert con.steps["x"].ended
-
-
-def test_the_kernels_ktap_parser_sees_a_runner_that_died_as_crashed():
-    # kunit.py's own parser, from the kernel tree when there is one
-    import importlib
-    import sys
-
-    from conftest import ROOT
-    kunit = ROOT / "build" / "src" / "tools" / "testing" / "kunit"
-    if not (kunit / "kunit_parser.py").exists():
-        pytest.skip("no kernel tree in build/src")
-    sys.path.insert(0, str(kunit))
-    try:
-        kunit_parser = importlib.import_module("kunit_parser")
-    finally:
-        sys.path.remove(str(kunit))
-    lines = ["KTAP version 1", "1..3", "# XH-STEP-BEGIN info", "ok 1 info",
-             "# XH-STEP-BEGIN lkdtm:PANIC", "[    3.1] Kernel panic - not syncing: dumptest"]
-    test = kunit_parser.parse_run_tests(lines)
-    assert test.status is kunit_parser.TestStatus.TEST_CRASHED
-    full = lines[:4] + ["# XH-STEP-BEGIN b", "not ok 2 b # exit 3", "# XH-STEP-BEGIN c",
-                        "ok 3 c", "# XH-DONE"]
-    assert kunit_parser.parse_run_tests(full).status is kunit_parser.TestStatus.FAILURE

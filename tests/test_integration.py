@@ -85,6 +85,27 @@ def test_checkpatch_spdx_check_is_real(source_tree):
     assert "Invalid License ID: GPL-9.9-bogus" in bad.stdout, bad.stdout + bad.stderr
 
 
+def test_the_kernels_ktap_parser_sees_a_runner_that_died_as_crashed(source_tree):
+    # kunit.py's own parser (tools/testing/kunit in the tree) reads the
+    # runner's framing: a runner cut off mid-step is a crash to it, a runner
+    # that ran to its end with a failed step a failure
+    import importlib
+
+    kunit = source_tree / "tools" / "testing" / "kunit"
+    sys.path.insert(0, str(kunit))
+    try:
+        kunit_parser = importlib.import_module("kunit_parser")
+    finally:
+        sys.path.remove(str(kunit))
+    lines = ["KTAP version 1", "1..3", "# XH-STEP-BEGIN info", "ok 1 info",
+             "# XH-STEP-BEGIN lkdtm:PANIC", "[    3.1] Kernel panic - not syncing: dumptest"]
+    test = kunit_parser.parse_run_tests(lines)
+    assert test.status is kunit_parser.TestStatus.TEST_CRASHED
+    full = lines[:4] + ["# XH-STEP-BEGIN b", "not ok 2 b # exit 3", "# XH-STEP-BEGIN c",
+                        "ok 3 c", "# XH-DONE"]
+    assert kunit_parser.parse_run_tests(full).status is kunit_parser.TestStatus.FAILURE
+
+
 def test_unknown_mode_warns_and_stays_off(kernel):
     req = guest.GuestRequest(steps=["info"], cpus=1, mem_mb=512, params=["xpfo=bogus"],
                              timeout=300, label="bad-param")
