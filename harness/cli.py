@@ -184,9 +184,10 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def run_stress(mode: str, cpus: int, seconds: int, mem_mb: int) -> dict:
-    req = guest.GuestRequest(steps=["info", "disk", f"stress:{seconds}"], cpus=cpus,
+    req = guest.GuestRequest(steps=["info", "disk", f"stress:{seconds}", "audit:stress",
+                                    "hotplug", "audit:hotplug"], cpus=cpus,
                              mem_mb=mem_mb, params=[f"xpfo={mode}"],
-                             timeout=seconds * 3 + 300, disk=True, label=f"stress-{mode}")
+                             timeout=seconds * 3 + 420, disk=True, label=f"stress-{mode}")
     r = guest.run(req)
     con = r.console
     step = con.steps.get(f"stress:{seconds}")
@@ -196,6 +197,8 @@ def run_stress(mode: str, cpus: int, seconds: int, mem_mb: int) -> dict:
         "mode": mode, "cpus": cpus, "seconds": seconds, "mem_mb": mem_mb,
         "outcome": r.outcome.value, "log": str(r.log), "workers": results,
         "counters": next((x.get("counters") for x in results if "counters" in x), {}),
+        "audits": judge.audits(con),
+        "hotplug": judge.hotplug(con),
         "incidents": list(judge.incidents(con).reasons),
         **verdict.to_dict(),
         "passed": verdict.passed,

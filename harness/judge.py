@@ -173,14 +173,52 @@ def attack_run(run: qemu.Run, mode: str, cpus: int, with_kunit: bool = True) -> 
     return AttackRun(worst(parts), verdicts, kunit_counts(con) if with_kunit else {})
 
 
+AUDIT_BAD = ("mapped_user", "absent_kernel")
+
+
+def audits(con: Console) -> Dict[str, Optional[Dict[str, int]]]:
+    """The audit steps' results by label: None where the kernel has no XPFO."""
+    out: Dict[str, Optional[Dict[str, int]]] = {}
+    for name, st in con.steps.items():
+        if name == "audit" or name.startswith("audit:"):
+            for r in st.results:
+                if "audit" in r:
+                    out[str(r.get("label", name))] = r["audit"]
+    return out
+
+
+def hotplug(con: Console) -> Dict[str, int]:
+    """What the hotplug step did: blocks tried, cycled, frames mapped back."""
+    st = con.steps.get("hotplug")
+    return next((r["hotplug"] for r in (st.results if st else [])
+                 if isinstance(r.get("hotplug"), dict)), {})
+
+
+def audit_reasons(con: Console) -> List[str]:
+    """Each audit that found a frame whose direct-map entry and owner disagree."""
+    reasons = []
+    for label, a in audits(con).items():
+        if a is None:
+            continue
+        bad = {k: a.get(k) for k in AUDIT_BAD if a.get(k) != 0}
+        if bad:
+            reasons.append(f"direct-map audit after {label}: "
+                           + ", ".join(f"{k} {v}" for k, v in bad.items()))
+    return reasons
+
+
 def stress_run(run: qemu.Run, step: str) -> Verdict:
-    """A stress boot: a clean boot, and the stress program's own verdict."""
-    st = run.console.steps.get(step)
+    """A stress boot: a clean boot, the stress program's own verdict, the
+    direct-map audits after it, and memory offline/online having happened."""
+    con = run.console
+    st = con.steps.get(step)
     total = next((r for r in (st.results if st else []) if r.get("worker") == "all"), {})
     own = [] if total.get("status") == "pass" else [
         f"stress reported {total.get('status', 'nothing')}"
         + (f" ({total.get('failed')} workers failed)" if total.get("failed") else "")]
-    return worst([boot(run), _failure(own)])
+    if "hotplug" in con.steps and not hotplug(con).get("cycled"):
+        own.append("hotplug: no memory block was offlined and onlined again")
+    return worst([boot(run), _failure(own + audit_reasons(con))])
 
 
 def bench_failures(failures: Sequence[Dict[str, object]]) -> Verdict:

@@ -146,6 +146,16 @@ def test_stress_smp4(kernel, mode):
         assert c.get("xpfo_atomic", 0) == 0, c
         # every frame that went back to the direct map was cleared first
         assert c.get("xpfo_clear", 0) >= c["xpfo_remap"], c
+    # the direct map agrees with every frame's owner after the load and after
+    # memory blocks went offline and online again (judged in res["status"])
+    assert set(res["audits"]) == {"stress", "hotplug"}, res["audits"]
+    assert all(a is not None and a["frames"] > 0 for a in res["audits"].values())
+    assert res["hotplug"]["cycled"] >= 1, res["hotplug"]
+    if mode == "batch":
+        # the offlined blocks held freed user frames that batch mode kept
+        assert res["hotplug"]["mapped_back"] > 0, res["hotplug"]
+    else:
+        assert res["hotplug"]["mapped_back"] == 0, res["hotplug"]
 
 
 def test_tiny_benchmark_end_to_end(kernel, tmp_path):

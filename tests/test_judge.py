@@ -126,6 +126,42 @@ def test_stress_run_needs_the_programs_own_pass():
     assert not v.passed and "stress reported fail (1 workers failed)" in v.reasons
 
 
+def _stress_with(audit: str, hotplug: str = '{"tried": 3, "cycled": 2, "online_failed": 0, '
+                 '"mapped_back": 40}') -> qemu.Run:
+    lines = _steps("stress:5", "audit:stress", "hotplug", "audit:hotplug")
+    lines.insert(3, 'RESULT {"worker": "all", "failed": 0, "status": "pass"}')
+    lines.insert(lines.index("# XH-STEP-BEGIN hotplug") + 1, f'RESULT {{"hotplug": {hotplug}}}')
+    for label in ("stress", "hotplug"):
+        at = lines.index(f"# XH-STEP-BEGIN audit:{label}") + 1
+        lines.insert(at, f'RESULT {{"label": "{label}", "audit": {audit}}}')
+    return _run(lines)
+
+
+def test_stress_run_passes_on_a_clean_audit_and_no_xpfo():
+    clean = '{"frames": 131000, "mapped_user": 0, "absent_kernel": 0, "absent_other": 2}'
+    assert judge.stress_run(_stress_with(clean), "stress:5").passed
+    # a kernel without XPFO (vanilla) has nothing to audit
+    assert judge.stress_run(_stress_with("null"), "stress:5").passed
+    assert judge.audits(_stress_with("null").console) == {"stress": None, "hotplug": None}
+
+
+def test_stress_run_fails_on_a_frame_the_audit_finds():
+    leak = '{"frames": 131000, "mapped_user": 3, "absent_kernel": 0, "absent_other": 0}'
+    v = judge.stress_run(_stress_with(leak), "stress:5")
+    assert not v.passed
+    assert "direct-map audit after stress: mapped_user 3" in v.reasons
+    lost = '{"frames": 131000, "mapped_user": 0, "absent_kernel": 512, "absent_other": 0}'
+    v = judge.stress_run(_stress_with(lost), "stress:5")
+    assert "direct-map audit after hotplug: absent_kernel 512" in v.reasons
+
+
+def test_stress_run_fails_when_no_memory_block_was_cycled():
+    clean = '{"frames": 1, "mapped_user": 0, "absent_kernel": 0, "absent_other": 0}'
+    none = '{"tried": 3, "cycled": 0, "online_failed": 0, "mapped_back": 0}'
+    v = judge.stress_run(_stress_with(clean, none), "stress:5")
+    assert "hotplug: no memory block was offlined and onlined again" in v.reasons
+
+
 def test_worst_keeps_every_reason_and_the_worst_status():
     v = judge.worst([judge.SUCCESS, judge.Verdict(judge.Status.FAILURE, ("a",)),
                      judge.Verdict(judge.Status.CRASHED, ("b",))])
