@@ -129,7 +129,7 @@ def judge_all(con: Console, mode: str, cpus: int) -> List[Verdict]:
 
 
 RET2DIR_STEP = "sh:ret2dir"
-RET2DIR_VARIANTS = ("anon", "cow", "shmem", "pagecache")
+RET2DIR_VARIANTS = ("anon", "cow", "shmem", "pagecache", "migrate", "migrate-old")
 
 
 def judge_ret2dir(con: Console, mode: str) -> List[Verdict]:

@@ -62,15 +62,20 @@ def _ret2dir(outcomes, oopses):
 
 
 def test_ret2dir_demo_judged_per_variant():
-    ok_off = attacks.judge_ret2dir(_ret2dir([("read", "0x1")] * 4, 0), "off")
-    assert all(v.passed for v in ok_off)
-    bad_off = attacks.judge_ret2dir(_ret2dir([("read", "0x2")] + [("read", "0x1")] * 3, 0), "off")
-    assert [v.passed for v in bad_off] == [False, True, True, True]
-    ok_sync = attacks.judge_ret2dir(_ret2dir([("blocked", "")] * 4, 4), "sync")
+    n = len(attacks.RET2DIR_VARIANTS)
+    ok_off = attacks.judge_ret2dir(_ret2dir([("read", "0x1")] * n, 0), "off")
+    assert len(ok_off) == n and all(v.passed for v in ok_off)
+    bad_off = attacks.judge_ret2dir(
+        _ret2dir([("read", "0x2")] + [("read", "0x1")] * (n - 1), 0), "off")
+    assert [v.passed for v in bad_off] == [False] + [True] * (n - 1)
+    ok_sync = attacks.judge_ret2dir(_ret2dir([("blocked", "")] * n, n), "sync")
     assert all(v.passed for v in ok_sync)
     # a blocked read without the XPFO oops behind it is not a pass
-    short = attacks.judge_ret2dir(_ret2dir([("blocked", "")] * 4, 3), "sync")
+    short = attacks.judge_ret2dir(_ret2dir([("blocked", "")] * n, n - 1), "sync")
     assert not all(v.passed for v in short)
+    # a variant that never reported (the page did not move) fails its row
+    missing = attacks.judge_ret2dir(_ret2dir([("blocked", "")] * (n - 1), n - 1), "sync")
+    assert [v.test for v in missing if not v.passed] == [f"ret2dir[{attacks.RET2DIR_VARIANTS[-1]}]"]
 
 
 def test_by_design_cell_is_reported_not_hidden():

@@ -12,7 +12,10 @@
  *
  * Variants: anon (private anonymous page), cow (the copy a write fault makes
  * in a child after fork), shmem (memfd), pagecache (a file written with
- * write() on the scratch ext2 disk, when mounted).
+ * write() on the scratch ext2 disk, when mounted), migrate and migrate-old
+ * (an anonymous page moved to another frame by soft offline, which
+ * migrates it as compaction does: the alias of its new frame, and of the
+ * frame it left, which soft offline keeps out of use).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -135,6 +138,52 @@ static int attack(const char *variant, volatile uint64_t *addr, uint64_t payload
 	return 0;
 }
 
+#ifndef MADV_SOFT_OFFLINE
+#define MADV_SOFT_OFFLINE 101
+#endif
+
+/*
+ * Read the alias of a frame the payload used to live in: the process no
+ * longer maps it, so its pfn is given, not looked up.
+ */
+static int attack_pfn(const char *variant, uint64_t pfn, unsigned long off, uint64_t payload)
+{
+	uint64_t base = read_hex_file(DEMO_DIR "/page_offset");
+	uint64_t alias = base + pfn * PAGE + off;
+	int pipefd[2], status;
+	uint64_t got = 0;
+	ssize_t n;
+	pid_t pid;
+
+	printf("ret2dir[%s]: user wrote 0x%" PRIx64 " in pfn 0x%" PRIx64
+	       " before it moved, physmap alias 0x%" PRIx64 "\n", variant, payload, pfn, alias);
+	if (pipe(pipefd))
+		return 2;
+	pid = fork();
+	if (pid == 0) {
+		uint64_t v;
+
+		close(pipefd[0]);
+		if (kernel_read(alias, &v) || write(pipefd[1], &v, sizeof(v)) != sizeof(v))
+			_exit(3);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	n = read(pipefd[0], &got, sizeof(got));
+	close(pipefd[0]);
+	waitpid(pid, &status, 0);
+	if (n == sizeof(got) && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		printf("RESULT {\"variant\": \"%s\", \"outcome\": \"read\", \"wrote\": \"0x%" PRIx64
+		       "\", \"read\": \"0x%" PRIx64 "\"}\n", variant, payload, got);
+	else if (WIFSIGNALED(status))
+		printf("RESULT {\"variant\": \"%s\", \"outcome\": \"blocked\", \"wrote\": \"0x%" PRIx64
+		       "\", \"signal\": %d}\n", variant, payload, WTERMSIG(status));
+	else
+		printf("RESULT {\"variant\": \"%s\", \"outcome\": \"error\", \"status\": %d}\n",
+		       variant, status);
+	return 0;
+}
+
 static uint64_t payload_for(int i)
 {
 	return 0x5846504f00000000ULL ^ ((uint64_t)getpid() << 16) ^ (uint64_t)time(NULL) ^ i;
@@ -199,6 +248,29 @@ int main(int argc, char **argv)
 		p[7] = v;
 		attack("shmem", &p[7], v);
 		close(fd);
+	}
+
+	if (!only || !strcmp(only, "migrate")) {
+		uint64_t old, now;
+
+		p = map_rw(PAGE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+		v = payload_for(5);
+		p[11] = v;
+		old = pfn_of((void *)&p[11]);
+		/* soft offline migrates the page to a new frame, the data with it */
+		if (madvise((void *)p, PAGE, MADV_SOFT_OFFLINE)) {
+			printf("RESULT {\"variant\": \"migrate\", \"outcome\": \"error\", "
+			       "\"error\": \"madvise(MADV_SOFT_OFFLINE): %s\"}\n", strerror(errno));
+		} else {
+			now = pfn_of((void *)&p[11]);
+			if (now == old || p[11] != v) {
+				printf("RESULT {\"variant\": \"migrate\", \"outcome\": \"error\", "
+				       "\"error\": \"the page did not move\"}\n");
+			} else {
+				attack("migrate", &p[11], v);
+				attack_pfn("migrate-old", old, 8 * 11, v);
+			}
+		}
 	}
 
 	if (!only || !strcmp(only, "pagecache")) {
