@@ -33,6 +33,25 @@ CONFIGS = (
                    "CONFIG_DEBUG_FS=y", "CONFIG_LKDTM=m", "CONFIG_TEST_XPFO_RET2DIR=m",
                    "CONFIG_HIBERNATION=y", "CONFIG_MEMORY_FAILURE=y", "CONFIG_SECRETMEM=y"),
                   ("bzImage", "modules")),
+    # The series changes code the test kernel does not build (filesystems,
+    # drivers): compile exactly those objects in a configuration that has them.
+    ShippedConfig("touched", "defconfig + the filesystems and drivers the series changes, "
+                  "their objects only",
+                  ("CONFIG_XPFO=y", "CONFIG_EROFS_FS=y", "CONFIG_EROFS_FS_ZIP=y",
+                   "CONFIG_BCACHEFS_FS=y", "CONFIG_MTD=y", "CONFIG_MTD_UBI=y",
+                   "CONFIG_UBIFS_FS=y", "CONFIG_NFS_FS=y", "CONFIG_CRYPTO_LZO=y",
+                   "CONFIG_KEXEC=y", "CONFIG_USB_MON=y", "CONFIG_DRM_I915=y",
+                   "CONFIG_DRM_VMWGFX=y", "CONFIG_XEN=y", "CONFIG_XEN_BALLOON=y",
+                   "CONFIG_XEN_GNTDEV=y", "CONFIG_INFINIBAND=y",
+                   "CONFIG_INFINIBAND_RDMAVT=y", "CONFIG_MEMORY_HOTPLUG=y",
+                   "CONFIG_MEMORY_HOTREMOVE=y", "CONFIG_MIGRATION=y"),
+                  ("fs/erofs/decompressor.o", "fs/bcachefs/compress.o", "fs/ubifs/file.o",
+                   "net/sunrpc/xdr.o", "crypto/scompress.o", "kernel/kexec_core.o",
+                   "drivers/usb/core/message.o", "drivers/usb/mon/mon_text.o",
+                   "drivers/usb/mon/mon_bin.o", "drivers/gpu/drm/i915/gem/i915_gem_pages.o",
+                   "drivers/gpu/drm/ttm/ttm_pool.o", "drivers/infiniband/sw/rdmavt/mr.o",
+                   "drivers/xen/balloon.o", "drivers/xen/gntdev.o", "mm/migrate.o",
+                   "mm/memory_hotplug.o", "mm/xpfo.o", "net/core/skbuff.o", "fs/buffer.o")),
 )
 
 

@@ -4,6 +4,7 @@ import argparse
 
 import pytest
 
+from conftest import ROOT
 from harness import cli, configs
 from harness.errors import HarnessError
 
@@ -39,3 +40,26 @@ def test_series_doc_keeps_the_shipped_section(tmp_path):
     head, shipped = cli._split_series_doc(doc)
     assert head == "# Series check\n\n| p |\n\n"
     assert shipped.strip().startswith("## Shipped configurations") and "| c |" in shipped
+
+
+def _series_c_files() -> set:
+    files = set()
+    for patch in sorted((ROOT / "kernel" / "patches").glob("0*.patch")):
+        for line in patch.read_text(errors="replace").splitlines():
+            if line.startswith("+++ b/") and line.endswith(".c"):
+                files.add(line[len("+++ b/"):])
+    return files
+
+
+def test_touched_config_compiles_what_the_test_kernel_does_not():
+    touched = {c.name: c for c in configs.CONFIGS}["touched"]
+    objs = {t[:-2] + ".c" for t in touched.targets}
+    changed = _series_c_files()
+    # every object it compiles is one the series changes (no stale target)
+    assert objs <= changed, objs - changed
+    # and every file the series changes outside the test kernel is compiled
+    outside = {f for f in changed if f.startswith(("drivers/usb", "drivers/gpu", "drivers/xen",
+                                                   "drivers/infiniband", "fs/erofs",
+                                                   "fs/bcachefs", "fs/ubifs", "net/sunrpc",
+                                                   "crypto/", "kernel/kexec"))}
+    assert outside <= objs, outside - objs
