@@ -50,7 +50,7 @@ CONFIGS = (
                    "drivers/usb/core/message.o", "drivers/usb/mon/mon_text.o",
                    "drivers/usb/mon/mon_bin.o", "drivers/gpu/drm/i915/gem/i915_gem_pages.o",
                    "drivers/gpu/drm/ttm/ttm_pool.o", "drivers/infiniband/sw/rdmavt/mr.o",
-                   "drivers/xen/balloon.o", "drivers/xen/gntdev.o", "mm/migrate.o",
+                   "drivers/xen/balloon.o", "mm/migrate.o",
                    "mm/memory_hotplug.o", "mm/xpfo.o", "net/core/skbuff.o", "fs/buffer.o")),
 )
 

@@ -55,8 +55,9 @@ def test_touched_config_compiles_what_the_test_kernel_does_not():
     touched = {c.name: c for c in configs.CONFIGS}["touched"]
     objs = {t[:-2] + ".c" for t in touched.targets}
     changed = _series_c_files()
-    # every object it compiles is one the series changes (no stale target)
-    assert objs <= changed, objs - changed
+    # every object it compiles is one the series changes (no stale target),
+    # or a user of a header it changes (skbuff.h)
+    assert objs - {"net/core/skbuff.c"} <= changed, objs - changed
     # and every file the series changes outside the test kernel is compiled
     outside = {f for f in changed if f.startswith(("drivers/usb", "drivers/gpu", "drivers/xen",
                                                    "drivers/infiniband", "fs/erofs",
