@@ -535,7 +535,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-build", action="store_true", help="checkpatch only")
     sp.add_argument("--write", action="store_true", help="write docs/SERIES.md")
     sp = add("configs", cmd_configs,
-             "build the series in shipped configurations (MAXSMP; modules with LKDTM=m)")
+             "build the series in shipped configurations (MAXSMP; modules with LKDTM=m; "
+             "the touched files the test kernel does not build)")
     sp.add_argument("names", nargs="*", metavar="NAME",
                     help=", ".join(c.name for c in configs.CONFIGS) + " (default: all)")
     sp.add_argument("--jobs", type=positive, default=None)
