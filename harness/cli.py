@@ -184,9 +184,12 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def run_stress(mode: str, cpus: int, seconds: int, mem_mb: int) -> dict:
-    req = guest.GuestRequest(steps=["info", "disk", f"stress:{seconds}", "audit:stress",
-                                    "hotplug", "audit:hotplug"], cpus=cpus,
-                             mem_mb=mem_mb, params=[f"xpfo={mode}"],
+    # Memory offline/online first, on a fresh system, in a ZONE_MOVABLE
+    # (movablecore=) with at least one whole block: a block the kernel has
+    # put unmovable pages in, or the top block with its e820 hole, refuses.
+    req = guest.GuestRequest(steps=["info", "disk", "hotplug", "audit:hotplug",
+                                    f"stress:{seconds}", "audit:stress"], cpus=cpus,
+                             mem_mb=mem_mb, params=[f"xpfo={mode}", "movablecore=50%"],
                              timeout=seconds * 3 + 420, disk=True, label=f"stress-{mode}")
     r = guest.run(req)
     con = r.console
