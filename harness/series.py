@@ -45,7 +45,8 @@ def _count(messages: List[str], kind: str) -> int:
 
 
 def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
-          build_each: bool = True) -> List[PatchCheck]:
+          build_each: bool = True, first: int = 1) -> List[PatchCheck]:
+    """checkpatch every patch; build the tree at patch `first` and each one after."""
     src = source.prepare(layout)
     patches = source.patch_files(layout)
     commits = subprocess.run(["git", "rev-list", "--reverse", f"{source.BASE_TAG}..HEAD"],
@@ -54,6 +55,8 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
     if len(commits) != len(patches):
         raise HarnessError(f"{src} has {len(commits)} commits but kernel/patches has "
                            f"{len(patches)} patches", "run ./xpfo source --force or export")
+    if first > len(patches):
+        raise HarnessError(f"--from {first}: the series has {len(patches)} patches")
     wt = layout.build / "series-src"
     obj = layout.build / "series-obj"
     if not (wt / ".git").exists():
@@ -62,10 +65,11 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(wt), commits[0]],
                        cwd=src, check=True)
     out: List[PatchCheck] = []
-    for patch, commit in zip(patches, commits):
+    for n, (patch, commit) in enumerate(zip(patches, commits), 1):
         msgs = checkpatch(src, patch)
         ok, secs = True, 0.0
-        if build_each:
+        built = build_each and n >= first
+        if built:
             subprocess.run(["git", "checkout", "-q", "--detach", "-f", commit], cwd=wt, check=True)
             req = build.BuildRequest(src=wt, obj=obj, fragment=layout.fragment,
                                      jobs=jobs or (os.cpu_count() or 1) + 1)
@@ -78,10 +82,10 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
             secs = time.monotonic() - start
             if not ok:
                 printer.raw(r.message)
-        out.append(PatchCheck(patch.name, commit[:12], build_each, ok, round(secs, 1),
+        out.append(PatchCheck(patch.name, commit[:12], built, ok, round(secs, 1),
                               _count(msgs, "ERROR"), _count(msgs, "WARNING"),
                               _count(msgs, "CHECK"), msgs))
-        state = ("ok" if ok else "FAILED") if build_each else "not built"
+        state = ("ok" if ok else "FAILED") if built else "not built"
         printer.info("series", f"{patch.name}: build {state}, checkpatch "
                      f"{out[-1].errors} errors, {out[-1].warnings} warnings, "
                      f"{out[-1].checks} checks")

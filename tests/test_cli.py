@@ -6,7 +6,7 @@ from harness import cli
 
 
 @pytest.mark.parametrize("argv", [["bogus"], ["boot", "--cpus", "0"], ["boot", "--mode", "nope"],
-                                  ["test", "--timeout", "x"], []])
+                                  ["test", "--timeout", "x"], ["series-check", "--from", "0"], []])
 def test_bad_command_lines_exit_nonzero(argv, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(argv)
