@@ -53,6 +53,8 @@ LKDTM_ATTACKS = [
     Attack("XPFO_READ_PAGECACHE", "page cache of a file written with write()"),
     Attack("XPFO_READ_SHMEM", "shared anonymous (shmem) page"),
     Attack("XPFO_READ_COW", "copy made by a write fault on a private mapping"),
+    Attack("XPFO_READ_SYMLINK", "body of a long symlink on tmpfs (page cache)"),
+    Attack("XPFO_READ_SYMLINK_RAMFS", "body of a long symlink on ramfs (page_get_link())"),
     Attack("XPFO_READ_FREED", "frame the user wrote and freed (physmap spray)", cleared_stops=True),
     Attack("XPFO_SMP", "alias warmed in another CPU's TLB before the page went to user", 2),
 ]

@@ -119,7 +119,7 @@ def cmd_boot(args: argparse.Namespace) -> int:
 
 
 def attack_steps(cpus: int) -> List[str]:
-    return ["info", "disk", *attacks.lkdtm_steps(cpus), attacks.RET2DIR_STEP, "vmstat"]
+    return ["info", "disk", "symlink", *attacks.lkdtm_steps(cpus), attacks.RET2DIR_STEP, "vmstat"]
 
 
 def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True) -> dict:
