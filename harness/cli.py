@@ -366,7 +366,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_series_check(args: argparse.Namespace) -> int:
     deps.ensure(quiet=True)
     results = series.check(LAYOUT, jobs=args.jobs, build_each=not args.no_build,
-                           first=args.first)
+                           first=args.first, last=args.last)
     text = series.table(results)
     printer.raw(text)
     if args.write:
@@ -539,6 +539,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-build", action="store_true", help="checkpatch only")
     sp.add_argument("--from", dest="first", type=positive, default=1, metavar="N",
                     help="build from patch N on (checkpatch still runs on every patch)")
+    sp.add_argument("--to", dest="last", type=positive, default=None, metavar="N",
+                    help="build up to patch N (default: the last)")
     sp.add_argument("--write", action="store_true", help="write docs/SERIES.md")
     sp = add("configs", cmd_configs,
              "build the series in shipped configurations (MAXSMP; modules with LKDTM=m; "

@@ -45,8 +45,10 @@ def _count(messages: List[str], kind: str) -> int:
 
 
 def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
-          build_each: bool = True, first: int = 1) -> List[PatchCheck]:
-    """checkpatch every patch; build the tree at patch `first` and each one after."""
+          build_each: bool = True, first: int = 1,
+          last: Optional[int] = None) -> List[PatchCheck]:
+    """checkpatch every patch; build the tree at patches `first` to `last`
+    (the last patch of the series when None)."""
     src = source.prepare(layout)
     patches = source.patch_files(layout)
     commits = subprocess.run(["git", "rev-list", "--reverse", f"{source.BASE_TAG}..HEAD"],
@@ -57,6 +59,9 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
                            f"{len(patches)} patches", "run ./xpfo source --force or export")
     if first > len(patches):
         raise HarnessError(f"--from {first}: the series has {len(patches)} patches")
+    last = len(patches) if last is None else last
+    if last < first or last > len(patches):
+        raise HarnessError(f"--to {last}: not a patch from {first} to {len(patches)}")
     wt = layout.build / "series-src"
     obj = layout.build / "series-obj"
     if not (wt / ".git").exists():
@@ -68,7 +73,7 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
     for n, (patch, commit) in enumerate(zip(patches, commits), 1):
         msgs = checkpatch(src, patch)
         ok, secs = True, 0.0
-        built = build_each and n >= first
+        built = build_each and first <= n <= last
         if built:
             subprocess.run(["git", "checkout", "-q", "--detach", "-f", commit], cwd=wt, check=True)
             req = build.BuildRequest(src=wt, obj=obj, fragment=layout.fragment,
