@@ -21,17 +21,25 @@ _WROTE = re.compile(r"(\S+): user wrote (0x[0-9a-f]+)")
 _READ = re.compile(r"(\S+): read (0x[0-9a-f]+) through the physmap alias")
 
 # Which modes protect (the read must be stopped) and which do not.
-PROTECTING_MODES = ("sync", "deferred", "batch")
+PROTECTING_MODES = ("sync", "deferred", "batch", "strict")
 OPEN_MODES = ("off",)
 # Cells that a mode cannot pass by design: the read is expected to succeed,
 # and the result says so instead of hiding it.
+_DEFERRED_WHY = ("deferred leaves the alias in other CPUs' TLBs until they switch context, "
+                 "enter from user mode or leave idle; the reader spins in the kernel")
+_BATCH_WHY = ("batch hands a frame reused hot from the per-CPU list to userspace with "
+              "deferred mode's flush only (measured in issue 11: 63-64 of 64 such frames "
+              "readable); only a refill is flushed everywhere at once")
+_BATCH_THP_WHY = ("batch flushes only order-0 refills everywhere at once; a THP reused hot "
+                  "from the per-CPU list gets deferred mode's flush (issue 11: 383-990 of "
+                  "1024 THP frames readable)")
 BY_DESIGN = {
-    ("XPFO_SMP", "deferred"): "deferred leaves the alias in other CPUs' TLBs until they switch "
-                              "context, enter from user mode or leave idle; the reader spins "
-                              "in the kernel",
-    ("XPFO_SMP", "batch"): "batch hands a frame reused hot from the per-CPU list to userspace "
-                           "with deferred mode's flush only (measured in issue 11: 63-64 of 64 "
-                           "such frames readable); only a refill is flushed everywhere at once",
+    ("XPFO_SMP", "deferred"): _DEFERRED_WHY,
+    ("XPFO_SMP_HOT", "deferred"): _DEFERRED_WHY,
+    ("XPFO_SMP_THP", "deferred"): _DEFERRED_WHY,
+    ("XPFO_SMP", "batch"): _BATCH_WHY,
+    ("XPFO_SMP_HOT", "batch"): _BATCH_WHY,
+    ("XPFO_SMP_THP", "batch"): _BATCH_THP_WHY,
 }
 # A frame userspace freed is safe if XPFO cleared it before its alias came
 # back (the read finds no payload) or kept it unmapped (the read oopses).
@@ -57,6 +65,8 @@ LKDTM_ATTACKS = [
     Attack("XPFO_READ_SYMLINK_RAMFS", "body of a long symlink on ramfs (page_get_link())"),
     Attack("XPFO_READ_FREED", "frame the user wrote and freed (physmap spray)", cleared_stops=True),
     Attack("XPFO_SMP", "alias warmed in another CPU's TLB before the page went to user", 2),
+    Attack("XPFO_SMP_HOT", "the same, the page reused hot at the first user fault", 2),
+    Attack("XPFO_SMP_THP", "the same with a THP reused hot at the first user fault", 2),
 ]
 
 

@@ -16,7 +16,7 @@ from . import configs
 from .errors import HarnessError
 from .paths import LAYOUT
 
-MODES = ("off", "sync", "deferred", "batch")
+MODES = ("off", "sync", "deferred", "batch", "strict")
 BENCH_MODES = (bench.VANILLA,) + MODES
 QUICK_BUILD_FILES = 8
 

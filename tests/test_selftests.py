@@ -201,12 +201,12 @@ def test_saved_guest_log_parses():
 @pytest.mark.integration
 @pytest.mark.skipif(os.environ.get("XPFO_SKIP_INTEGRATION") == "1",
                     reason="XPFO_SKIP_INTEGRATION=1")
-def test_selftests_off_and_sync(tmp_path):
+def test_selftests_off_and_strict(tmp_path):
     from harness import cli
     kernel = os.environ.get("XPFO_SELFTESTS_KERNEL")
     if kernel is None:
         cli.ensure_kernel(argparse.Namespace(jobs=None))
-    data = st.run_suite(["off", "sync"], 1, Path(kernel).resolve() if kernel else None,
+    data = st.run_suite(["off", "strict"], 1, Path(kernel).resolve() if kernel else None,
                         meta={"command": "pytest"})
     off = data["modes"]["off"]
     assert off["outcomes"] == ["powered off"], off["logs"]
@@ -214,7 +214,7 @@ def test_selftests_off_and_sync(tmp_path):
         d for d in data["differences"] if d.startswith("xpfo=off")]
     t = data["totals"]["off"]
     assert t["programs"] >= 40 and t["skip"] * 4 < t["cases"], t
-    assert data["modes"]["sync"]["programs"]
+    assert data["modes"]["strict"]["programs"]
 
 
 def test_uffd_unit_tests_cases_and_summary():
