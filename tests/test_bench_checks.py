@@ -286,3 +286,26 @@ def test_report_shows_the_counts_each_policy_is_checked_by():
     assert "| page_fault | 4K policy text |" in text
     assert "| page_fault | 1 | off | 4k | 8,192 | 8,300 | 0 | - |" in text
     assert "| fork | 1 | off | thp | 8,192 | 40 | 16 | - |" in text
+
+
+def test_strict_targets_met_and_missed_from_the_figures():
+    def data(strict_ratio, strict_ipis):
+        d = _build_data([1, 2], 2, 1.1)
+        for c in (1, 2):
+            d.samples.append(_s("build_sys", c, "strict", 10.0 * strict_ratio,
+                                ipis=strict_ipis))
+            for w, off, b, st in (("page_fault", 100.0, 90.0, 95.0), ("fork", 10.0, 11.0, 10.5)):
+                d.samples += [_s(w, c, "off", off), _s(w, c, "batch", b),
+                              _s(w, c, "strict", st)]
+        return d
+    ok = report.targets(data(1.05, 3))
+    assert _row(ok, "| strict: flush IPIs per 1000 user pages").endswith("| 3.0 | met |")
+    assert _row(ok, "| strict: build system time, 2 vCPUs").endswith(
+        "| strict 1.05x, batch 1.10x | met |")
+    # fork: strict 1.05x of off under batch's 1.10x; page_fault: 0.95x over 0.90x
+    assert _row(ok, "| fork, strict: <= batch's ratio").endswith("| met |")
+    assert _row(ok, "| page_fault, strict: <= batch's ratio").endswith("| MISSED |")
+    bad = report.targets(data(1.2, 40))
+    assert _row(bad, "| strict: flush IPIs per 1000 user pages").endswith("| 40.0 | MISSED |")
+    assert _row(bad, "| strict: build system time, 1 vCPUs").endswith(
+        "| strict 1.20x, batch 1.10x | MISSED |")
