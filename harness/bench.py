@@ -56,6 +56,7 @@ POLICY = {
                  "checked: KiB paged in >= 4 x pages",
     "exec": "no memory of its own",
     "lseek": "no memory work",
+    "pread1": "one 4K tmpfs page-cache page, 1 byte per call: one kmap per call in XPFO modes",
 }
 
 
@@ -72,6 +73,7 @@ def _workloads(mb: int, fork_mb: int) -> List[Workload]:
         Workload(f"sh:xbench:disk_read:{mb}", ("disk_read",)),
         Workload("sh:xbench:exec", ("exec",)),
         Workload("sh:xbench:lseek", ("lseek",)),
+        Workload("sh:xbench:pread1", ("pread1",)),
     ]
 
 

@@ -155,6 +155,16 @@ def test_stress_run_fails_on_a_frame_the_audit_finds():
     assert "direct-map audit after hotplug: absent_kernel 512" in v.reasons
 
 
+def test_stress_run_checks_the_kept_count_against_the_free_lists():
+    kept = ('{"frames": 131000, "mapped_user": 0, "absent_kernel": 0, "absent_other": 0, '
+            '"kept": 40000, "kept_counted": %d}')
+    assert judge.stress_run(_stress_with(kept % 39990), "stress:5").passed
+    v = judge.stress_run(_stress_with(kept % 30000), "stress:5")
+    assert not v.passed
+    assert ("direct-map audit after stress: 40000 kept frames on the free lists, "
+            "nr_xpfo_kept says 30000") in v.reasons
+
+
 def test_stress_run_fails_when_no_memory_block_was_cycled():
     clean = '{"frames": 1, "mapped_user": 0, "absent_kernel": 0, "absent_other": 0}'
     none = '{"tried": 3, "cycled": 0, "online_failed": 0, "mapped_back": 0}'
