@@ -11,11 +11,22 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             ("xpfo_deferred_flush", "deferred flushes"),
             ("xpfo_batch_preflushed", "served pre-flushed"),
             ("xpfo_batch_kept", "freed unmapped"), ("xpfo_kmap", "kmaps"),
+            # INVLPGs and full flushes this CPU did for itself (DEBUG_TLBFLUSH)
+            ("tlb_local", "local TLB flushes"),
             # what clearing freed user frames before their alias is back costs
             ("xpfo_clear", "cleared before remap"), ("xpfo_atomic", "atomic allocs"),
             # the huge-page policy, visible: a 4K workload has about 1000 page
             # faults per 1000 pages, a THP one about 2 THP faults
             ("pgfault", "page faults"), ("thp_fault_alloc", "THP faults")]
+
+
+def counter(s: dict, key: str) -> int:
+    """One kernel event count of a sample; tlb_local is the sum of the
+    kernel's local TLB flush counters (one page and all)."""
+    c = s["counters"]
+    if key == "tlb_local":
+        return c.get("nr_tlb_local_flush_one", 0) + c.get("nr_tlb_local_flush_all", 0)
+    return c.get(key, 0)
 
 
 def user_pages(s: dict) -> int:
@@ -186,7 +197,7 @@ def tables(data) -> str:
                     continue
                 row = []
                 for key, _ in COUNTERS:
-                    vals = [stats.per_thousand(s["counters"].get(key, 0), user_pages(s))
+                    vals = [stats.per_thousand(counter(s, key), user_pages(s))
                             for s in cell.values()]
                     sm = stats.summarize([v for v in vals if v is not None])
                     row.append(_fmt(sm.median) if sm else "-")
