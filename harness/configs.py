@@ -44,14 +44,21 @@ CONFIGS = (
                    "CONFIG_DRM_VMWGFX=y", "CONFIG_XEN=y", "CONFIG_XEN_BALLOON=y",
                    "CONFIG_XEN_GNTDEV=y", "CONFIG_INFINIBAND=y",
                    "CONFIG_INFINIBAND_RDMAVT=y", "CONFIG_MEMORY_HOTPLUG=y",
-                   "CONFIG_MEMORY_HOTREMOVE=y", "CONFIG_MIGRATION=y"),
+                   "CONFIG_MEMORY_HOTREMOVE=y", "CONFIG_MIGRATION=y",
+                   "CONFIG_BTRFS_FS=y", "CONFIG_BLK_DEV_ZONED=y", "CONFIG_F2FS_FS=y",
+                   "CONFIG_MD=y", "CONFIG_BCACHE=y", "CONFIG_MTD_BLOCK2MTD=y"),
                   ("fs/erofs/decompressor.o", "fs/bcachefs/compress.o", "fs/ubifs/file.o",
                    "net/sunrpc/xdr.o", "crypto/scompress.o", "kernel/kexec_core.o",
                    "drivers/usb/core/message.o", "drivers/usb/mon/mon_text.o",
                    "drivers/usb/mon/mon_bin.o", "drivers/gpu/drm/i915/gem/i915_gem_pages.o",
                    "drivers/gpu/drm/ttm/ttm_pool.o", "drivers/infiniband/sw/rdmavt/mr.o",
                    "drivers/xen/balloon.o", "mm/migrate.o",
-                   "mm/memory_hotplug.o", "mm/xpfo.o", "net/core/skbuff.o", "fs/buffer.o")),
+                   "mm/memory_hotplug.o", "mm/xpfo.o", "net/core/skbuff.o", "fs/buffer.o",
+                   # readers of the block-device page cache (patch 32)
+                   "block/bdev.o", "block/partitions/core.o", "drivers/scsi/scsicam.o",
+                   "fs/btrfs/volumes.o", "fs/btrfs/zoned.o", "fs/btrfs/disk-io.o",
+                   "fs/f2fs/super.o", "drivers/md/bcache/super.o",
+                   "drivers/mtd/devices/block2mtd.o")),
 )
 
 

@@ -88,7 +88,8 @@ def test_by_design_cell_is_reported_not_hidden():
     assert not v.passed and "NOT STOPPED" in v.detail
 
 
-def test_not_covered_cell_is_a_gap_in_every_protecting_mode():
+def test_not_covered_cell_is_a_gap_in_every_protecting_mode(monkeypatch):
+    monkeypatch.setitem(attacks.NOT_COVERED, "XPFO_READ_BDEV", "the block-device page cache")
     text = (DATA / "xpfo_off.log").read_text().replace("XPFO_READ_USER", "XPFO_READ_BDEV")
     con = console.parse(text.splitlines())
     for mode in attacks.PROTECTING_MODES:
@@ -100,4 +101,13 @@ def test_not_covered_cell_is_a_gap_in_every_protecting_mode():
     # another test reading through the alias is still NOT STOPPED
     other = console.parse((DATA / "xpfo_off.log").read_text().splitlines())
     v = attacks.judge_read(other, "lkdtm:XPFO_READ_USER", "XPFO_READ_USER", "strict")
+    assert not v.passed and "NOT STOPPED" in v.detail
+
+
+def test_block_device_page_cache_is_covered_now():
+    """XPFO_READ_BDEV is judged like every other read: a read in a protecting mode fails."""
+    assert "XPFO_READ_BDEV" not in attacks.NOT_COVERED
+    text = (DATA / "xpfo_off.log").read_text().replace("XPFO_READ_USER", "XPFO_READ_BDEV")
+    con = console.parse(text.splitlines())
+    v = attacks.judge_read(con, "lkdtm:XPFO_READ_BDEV", "XPFO_READ_BDEV", "strict")
     assert not v.passed and "NOT STOPPED" in v.detail
