@@ -44,6 +44,8 @@ INCIDENT_PATTERNS = [
     ("rcu-stall", re.compile(r"rcu: INFO: .* (self-)?detected stall|"
                              r"rcu_(sched|preempt) (self-)?detected stall")),
     ("hung-task", re.compile(r"INFO: task .* blocked for more than")),
+    # slab's kmalloc_fix_flags(): a dump_stack() with no WARNING: header
+    ("bad-gfp", re.compile(r"Unexpected gfp: ")),
 ]
 _END_TRACE = re.compile(r"---\[ end (trace|Kernel panic)")
 _TRACE_MAX = 60
