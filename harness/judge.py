@@ -116,7 +116,8 @@ def bench_boot(run: qemu.Run) -> Verdict:
 # cases that need another mode, which skip themselves; with xpfo=off every
 # case skips itself (it must not pass vacuously).
 KUNIT_SUITE = "xpfo"
-KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batch", "strict"),
+KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batch",),
+                   "xpfo_test_strict_free_to_tail": ("strict",),
                    "xpfo_test_strict_hot_reuse": ("strict",)}
 
 
