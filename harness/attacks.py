@@ -33,6 +33,8 @@ _BATCH_WHY = ("batch hands a frame reused hot from the per-CPU list to userspace
 _BATCH_THP_WHY = ("batch flushes only order-0 refills everywhere at once; a THP reused hot "
                   "from the per-CPU list gets deferred mode's flush (issue 11: 383-990 of "
                   "1024 THP frames readable)")
+_MTHP_WHY = ("an mTHP order (64K) is never on a per-CPU list: deferred and batch hand it "
+             "to userspace with deferred mode's flush")
 BY_DESIGN = {
     ("XPFO_SMP", "deferred"): _DEFERRED_WHY,
     ("XPFO_SMP_HOT", "deferred"): _DEFERRED_WHY,
@@ -40,6 +42,8 @@ BY_DESIGN = {
     ("XPFO_SMP", "batch"): _BATCH_WHY,
     ("XPFO_SMP_HOT", "batch"): _BATCH_WHY,
     ("XPFO_SMP_THP", "batch"): _BATCH_THP_WHY,
+    ("XPFO_SMP_MTHP", "deferred"): _MTHP_WHY,
+    ("XPFO_SMP_MTHP", "batch"): _MTHP_WHY,
 }
 # Frames the series does not protect yet, in any mode: the read is expected
 # to succeed, and the result says GAP (Documentation/security/xpfo.rst,
@@ -74,6 +78,7 @@ LKDTM_ATTACKS = [
     Attack("XPFO_SMP", "alias warmed in another CPU's TLB before the page went to user", 2),
     Attack("XPFO_SMP_HOT", "the same, the page reused hot at the first user fault", 2),
     Attack("XPFO_SMP_THP", "the same with a THP reused hot at the first user fault", 2),
+    Attack("XPFO_SMP_MTHP", "the same with a 64K mTHP block the buddy allocator hands back", 2),
 ]
 
 

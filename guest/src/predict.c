@@ -5,7 +5,11 @@
  *
  *   reuse:  a page is faulted in, its frame noted, the page unmapped, and a
  *           new page faulted in at once; counted when the new page got the
- *           frame just freed. Repeated TRIALS times.
+ *           frame just freed. Repeated for 4K pages (the per-CPU lists),
+ *           64K mTHPs (an order the per-CPU lists do not hold: the buddy
+ *           allocator's free lists; enabled here for the run) and 2M THPs
+ *           (MADV_HUGEPAGE). A large fault that got no large folio is
+ *           counted apart (_small) and not as a trial of its size.
  *   spray:  SPRAY fresh pages faulted in one after another; counted when a
  *           page's frame is the previous page's frame plus or minus one
  *           (the buddy allocator hands a refill out in physical order).
@@ -24,6 +28,7 @@
 
 #define PAGE	4096UL
 #define TRIALS	1000
+#define TRIALS_THP	200
 #define SPRAY	4096
 
 static int pagemap = -1;
@@ -44,43 +49,129 @@ static uint64_t pfn_of(void *addr)
 	return entry & ((1ULL << 55) - 1);
 }
 
-static void *fresh(size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+#define MTHP	(64 * 1024UL)
+#define THP	(2 * 1024 * 1024UL)
+#define MTHP_CTL "/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled"
 
-	if (p == MAP_FAILED || madvise(p, len, MADV_NOHUGEPAGE)) {
+struct reuse {
+	unsigned int trials, same, small;
+};
+
+/* A fresh mapping of @size, aligned to it, with the THP advice for @size. */
+static char *fresh(size_t size, size_t *len)
+{
+	int advice = size == THP ? MADV_HUGEPAGE : MADV_NOHUGEPAGE;
+	char *p;
+
+	*len = size == PAGE ? PAGE : 2 * size;
+	p = mmap(NULL, *len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
 		fprintf(stderr, "predict: mmap: %s\n", strerror(errno));
+		exit(2);
+	}
+	/* MADV_NOHUGEPAGE would turn mTHP off too; a 128K VMA holds no THP */
+	if (size != MTHP && madvise(p, *len, advice)) {
+		fprintf(stderr, "predict: madvise: %s\n", strerror(errno));
 		exit(2);
 	}
 	return p;
 }
 
+/* Fault in one folio of @size; its first frame, or 0 if it is not large. */
+static uint64_t fault(size_t size, char **map, size_t *len)
+{
+	char *p = fresh(size, len);
+	char *a = (char *)(((uintptr_t)p + size - 1) & ~(size - 1));
+	uint64_t first;
+
+	*map = p;
+	a[0] = 1;
+	first = pfn_of(a);
+	if (size > PAGE && pfn_of(a + size - PAGE) != first + size / PAGE - 1)
+		return 0;
+	return first;
+}
+
+static struct reuse reuse(size_t size, unsigned int trials)
+{
+	struct reuse r = { 0 };
+	uint64_t freed, pfn;
+	size_t len;
+	char *p;
+
+	freed = fault(size, &p, &len);
+	while (r.trials < trials && r.small < trials) {
+		munmap(p, len);
+		pfn = fault(size, &p, &len);
+		if (!pfn || !freed) {
+			r.small++;
+		} else {
+			r.trials++;
+			r.same += pfn == freed;
+		}
+		freed = pfn;
+	}
+	munmap(p, len);
+	return r;
+}
+
+/* Turn 64K mTHP on for the run; returns the policy to restore, or NULL. */
+static char *mthp_on(void)
+{
+	static char was[64];
+	char *l, *r;
+	FILE *f = fopen(MTHP_CTL, "r+");
+
+	if (!f)
+		return NULL;
+	if (!fgets(was, sizeof(was), f) || !(l = strchr(was, '[')) ||
+	    !(r = strchr(l, ']'))) {
+		fclose(f);
+		return NULL;
+	}
+	*r = 0;
+	memmove(was, l + 1, strlen(l + 1) + 1);
+	rewind(f);
+	fputs("always", f);
+	fclose(f);
+	return was;
+}
+
+static void mthp_restore(const char *was)
+{
+	FILE *f = was ? fopen(MTHP_CTL, "w") : NULL;
+
+	if (f) {
+		fputs(was, f);
+		fclose(f);
+	}
+}
+
 int main(void)
 {
-	unsigned int i, same = 0, adjacent = 0;
-	uint64_t freed, prev = 0;
-	char *p;
+	struct reuse r4k, r64k, r2m;
+	unsigned int i, adjacent = 0;
+	uint64_t prev = 0;
+	char *p, *was;
 
 	pagemap = open("/proc/self/pagemap", O_RDONLY);
 	if (pagemap < 0) {
 		fprintf(stderr, "predict: /proc/self/pagemap: %s\n", strerror(errno));
 		return 2;
 	}
-	p = fresh(PAGE);
-	p[0] = 1;
-	freed = pfn_of(p);
-	for (i = 0; i < TRIALS; i++) {
-		munmap(p, PAGE);
-		p = fresh(PAGE);
-		p[0] = 1;
-		prev = pfn_of(p);
-		same += prev == freed;
-		freed = prev;
-	}
-	munmap(p, PAGE);
+	r4k = reuse(PAGE, TRIALS);
+	was = mthp_on();
+	r64k = reuse(MTHP, TRIALS);
+	mthp_restore(was);
+	r2m = reuse(THP, TRIALS_THP);
 
-	p = fresh(SPRAY * PAGE);
+	p = mmap(NULL, SPRAY * PAGE, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED || madvise(p, SPRAY * PAGE, MADV_NOHUGEPAGE)) {
+		fprintf(stderr, "predict: mmap: %s\n", strerror(errno));
+		return 2;
+	}
 	for (i = 0; i < SPRAY; i++) {
 		uint64_t pfn;
 
@@ -92,7 +183,10 @@ int main(void)
 	}
 	munmap(p, SPRAY * PAGE);
 	printf("RESULT {\"predict\": {\"reuse_trials\": %u, \"reuse_same\": %u, "
+	       "\"mthp_trials\": %u, \"mthp_same\": %u, \"mthp_small\": %u, "
+	       "\"thp_trials\": %u, \"thp_same\": %u, \"thp_small\": %u, "
 	       "\"spray_pages\": %u, \"spray_adjacent\": %u}}\n",
-	       TRIALS, same, SPRAY, adjacent);
+	       r4k.trials, r4k.same, r64k.trials, r64k.same, r64k.small,
+	       r2m.trials, r2m.same, r2m.small, SPRAY, adjacent);
 	return 0;
 }
