@@ -121,7 +121,8 @@ KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batch",),
                    "xpfo_test_strict_hot_reuse": ("strict",),
                    "xpfo_test_remote_migrate": ("sync", "strict"),
                    "xpfo_test_remote_bulk": ("sync", "strict"),
-                   "xpfo_test_remote_order4": ("sync", "strict")}
+                   "xpfo_test_remote_order4": ("sync", "strict"),
+                   "xpfo_test_freed_thp_cleared": ("sync", "deferred")}
 
 
 def kunit_counts(con: Console, suite: str = KUNIT_SUITE) -> Dict[str, int]:
