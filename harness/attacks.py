@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from . import modes
 from .console import Console, Step
 
 XPFO_OOPS = r"xpfo: kernel access to user-owned frame"
@@ -94,14 +95,16 @@ def _step(con: Console, name: str) -> Optional[Step]:
     return con.steps.get(name)
 
 
-def judge_read(con: Console, step_name: str, test: str, mode: str,
+def judge_read(con: Console, step_name: str, test: str, run_mode: str,
                cleared_stops: bool = False) -> Verdict:
-    """Judge one physmap read (lkdtm test or ret2dir demo) in one mode."""
+    """Judge one physmap read (lkdtm test or ret2dir demo) in one mode:
+    its XPFO part decides (pgtprot does not stop a read)."""
+    mode = modes.xpfo(run_mode)
     st = _step(con, step_name)
     if st is None:
-        return Verdict(test, mode, False, "step never started (guest died earlier?)")
+        return Verdict(test, run_mode, False, "step never started (guest died earlier?)")
     if not st.ended:
-        return Verdict(test, mode, False, "step never finished: the guest did not go on")
+        return Verdict(test, run_mode, False, "step never finished: the guest did not go on")
     incidents = con.incidents_in(step_name)
     wrote = [m.group(2) for m in map(_WROTE.search, st.lines) if m]
     read = [m.group(2) for m in map(_READ.search, st.lines) if m]
@@ -110,47 +113,98 @@ def judge_read(con: Console, step_name: str, test: str, mode: str,
     if not why and mode in PROTECTING_MODES and test in NOT_COVERED:
         why, label = NOT_COVERED[test], "GAP (not covered yet"
     if why and incidents and all(i.mentions(XPFO_OOPS) for i in incidents) and not read:
-        return Verdict(test, mode, True, f"XPASS (stopped this time; not guaranteed by design: "
+        return Verdict(test, run_mode, True, f"XPASS (stopped this time; not guaranteed by design: "
                                          f"{why})")
     if mode in OPEN_MODES or why:
         if incidents:
-            return Verdict(test, mode, False,
+            return Verdict(test, run_mode, False,
                            f"unexpected {incidents[0].kind}: {incidents[0].first_line}")
         if not wrote or not read:
-            return Verdict(test, mode, False, "the test did not report what it wrote and read")
+            return Verdict(test, run_mode, False, "the test did not report what it wrote and read")
         if read[-1] != wrote[-1]:
-            return Verdict(test, mode, False,
+            return Verdict(test, run_mode, False,
                            f"read {read[-1]} but the user wrote {wrote[-1]}: test broken")
         if why:
-            return Verdict(test, mode, True, f"{label}: {why}): read back {read[-1]}")
-        return Verdict(test, mode, True, f"attack works: read back {read[-1]}")
+            return Verdict(test, run_mode, True, f"{label}: {why}): read back {read[-1]}")
+        return Verdict(test, run_mode, True, f"attack works: read back {read[-1]}")
     if mode in PROTECTING_MODES:
         if not wrote:
-            return Verdict(test, mode, False, "the test did not get as far as planting a value")
+            return Verdict(test, run_mode, False, "the test did not get as far as planting a value")
         if read and cleared_stops and read[-1] != wrote[-1] and not incidents \
                 and any(_GONE in line for line in st.lines):
-            return Verdict(test, mode, True, f"stopped: frame cleared before its alias came "
+            return Verdict(test, run_mode, True, f"stopped: frame cleared before its alias came "
                                              f"back (read {read[-1]})")
         if read:
-            return Verdict(test, mode, False, f"NOT STOPPED: read {read[-1]} through the alias")
+            return Verdict(test, run_mode, False, f"NOT STOPPED: read {read[-1]} through the alias")
         xpfo = [i for i in incidents if i.mentions(XPFO_OOPS)]
         other = [i for i in incidents if not i.mentions(XPFO_OOPS)]
         if not xpfo:
             why = f"{incidents[0].kind}: {incidents[0].first_line}" if incidents else "no oops"
-            return Verdict(test, mode, False, f"expected an XPFO oops, got {why}")
+            return Verdict(test, run_mode, False, f"expected an XPFO oops, got {why}")
         if other:
-            return Verdict(test, mode, False, f"another {other[0].kind} too: {other[0].first_line}")
-        return Verdict(test, mode, True, "stopped: XPFO oops, guest went on")
-    return Verdict(test, mode, False, f"no expectation defined for mode {mode}")
+            return Verdict(test, run_mode, False,
+                           f"another {other[0].kind} too: {other[0].first_line}")
+        return Verdict(test, run_mode, True, "stopped: XPFO oops, guest went on")
+    return Verdict(test, run_mode, False, f"no expectation defined for mode {mode}")
+
+
+# pgtprot: a stray store to a live page table of the calling process.
+PGTPROT_OOPS = r"pgtprot: write to a read-only page-table page"
+_PGT_LANDED = re.compile(r"(\S+): (user wrote (0x[0-9a-f]+) to a read-only page through the "
+                         r"forged PTE|wrote the entry back through the direct map)")
+PGTPROT_USER_VALUE = "0x5a5a5a5a5a5a5a5a"
+PGTPROT_ATTACKS = [
+    Attack("PGTPROT_WRITE_PTE", "set _PAGE_RW in the PTE of a read-only user page"),
+    Attack("PGTPROT_WRITE_PMD", "store to the PMD entry of a user mapping"),
+    Attack("PGTPROT_WRITE_PGD", "store to the PGD entry of a user mapping"),
+]
+
+
+def judge_pgt(con: Console, step_name: str, test: str, run_mode: str) -> Verdict:
+    """Judge one stray page-table store: its pgtprot part decides."""
+    pgt = modes.pgt(run_mode)
+    st = _step(con, step_name)
+    if st is None:
+        return Verdict(test, run_mode, False, "step never started (guest died earlier?)")
+    if not st.ended:
+        return Verdict(test, run_mode, False, "step never finished: the guest did not go on")
+    incidents = con.incidents_in(step_name)
+    failed = [line for line in st.lines if "FAIL:" in line]
+    landed = [m for m in map(_PGT_LANDED.search, st.lines) if m]
+    if failed:
+        return Verdict(test, run_mode, False, f"test broken: {failed[0].strip()}")
+    if pgt == "off":
+        if incidents:
+            return Verdict(test, run_mode, False,
+                           f"unexpected {incidents[0].kind}: {incidents[0].first_line}")
+        if not landed:
+            return Verdict(test, run_mode, False, "the store did not report landing")
+        value = landed[-1].group(3)
+        if value is not None and value != PGTPROT_USER_VALUE:
+            return Verdict(test, run_mode, False,
+                           f"the user wrote {value}, not {PGTPROT_USER_VALUE}: test broken")
+        return Verdict(test, run_mode, True, "attack works: " + (
+            f"the user wrote {value} to its read-only page" if value else "the store landed"))
+    if landed:
+        return Verdict(test, run_mode, False, f"NOT STOPPED: {landed[-1].group(2)}")
+    pgt_oops = [i for i in incidents if i.mentions(PGTPROT_OOPS)]
+    other = [i for i in incidents if not i.mentions(PGTPROT_OOPS)]
+    if not pgt_oops:
+        why = f"{incidents[0].kind}: {incidents[0].first_line}" if incidents else "no oops"
+        return Verdict(test, run_mode, False, f"expected a pgtprot oops, got {why}")
+    if other:
+        return Verdict(test, run_mode, False, f"another {other[0].kind} too: {other[0].first_line}")
+    return Verdict(test, run_mode, True, "stopped: pgtprot oops, guest went on")
 
 
 def lkdtm_steps(cpus: int) -> List[str]:
-    return [f"lkdtm:{a.name}" for a in LKDTM_ATTACKS if a.min_cpus <= cpus]
+    return [f"lkdtm:{a.name}" for a in LKDTM_ATTACKS + PGTPROT_ATTACKS if a.min_cpus <= cpus]
 
 
 def judge_all(con: Console, mode: str, cpus: int) -> List[Verdict]:
     out = [judge_read(con, f"lkdtm:{a.name}", a.name, mode, a.cleared_stops)
            for a in LKDTM_ATTACKS if a.min_cpus <= cpus]
+    out += [judge_pgt(con, f"lkdtm:{a.name}", a.name, mode) for a in PGTPROT_ATTACKS]
     return out + judge_ret2dir(con, mode)
 
 
@@ -158,11 +212,12 @@ RET2DIR_STEP = "sh:ret2dir"
 RET2DIR_VARIANTS = ("anon", "cow", "shmem", "pagecache", "migrate", "migrate-old")
 
 
-def judge_ret2dir(con: Console, mode: str) -> List[Verdict]:
+def judge_ret2dir(con: Console, run_mode: str) -> List[Verdict]:
     """The end-to-end demo: one verdict per variant, from its RESULT lines."""
+    mode = modes.xpfo(run_mode)
     st = con.steps.get(RET2DIR_STEP)
     if st is None or not st.ended:
-        return [Verdict("ret2dir", mode, False, "demo did not run to its end")]
+        return [Verdict("ret2dir", run_mode, False, "demo did not run to its end")]
     incidents = con.incidents_in(RET2DIR_STEP)
     by_variant = {r.get("variant"): r for r in st.results}
     out = []
@@ -170,21 +225,22 @@ def judge_ret2dir(con: Console, mode: str) -> List[Verdict]:
         name = f"ret2dir[{v}]"
         r = by_variant.get(v)
         if r is None:
-            out.append(Verdict(name, mode, False, "no result"))
+            out.append(Verdict(name, run_mode, False, "no result"))
         elif mode in OPEN_MODES:
             ok = r.get("outcome") == "read" and r.get("read") == r.get("wrote")
-            out.append(Verdict(name, mode, ok, f"read {r.get('read')}, user wrote {r.get('wrote')}"
+            out.append(Verdict(name, run_mode, ok,
+                               f"read {r.get('read')}, user wrote {r.get('wrote')}"
                                if r.get("outcome") == "read" else f"outcome {r.get('outcome')}"))
         elif mode in PROTECTING_MODES:
-            out.append(Verdict(name, mode, r.get("outcome") == "blocked",
+            out.append(Verdict(name, run_mode, r.get("outcome") == "blocked",
                                f"outcome {r.get('outcome')}"))
         else:
-            out.append(Verdict(name, mode, False, f"no expectation for mode {mode}"))
+            out.append(Verdict(name, run_mode, False, f"no expectation for mode {mode}"))
     blocked = sum(1 for r in st.results if r.get("outcome") == "blocked")
     xpfo = [i for i in incidents if i.mentions(XPFO_OOPS)]
     other = [i for i in incidents if not i.mentions(XPFO_OOPS)]
     if other or len(xpfo) != blocked:
-        out.append(Verdict("ret2dir[oopses]", mode, False,
+        out.append(Verdict("ret2dir[oopses]", run_mode, False,
                            f"{len(xpfo)} XPFO oopses for {blocked} blocked reads, "
                            f"{len(other)} other incidents"
                            + (f": {other[0].first_line}" if other else "")))

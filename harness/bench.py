@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from pathlib import Path
 
-from . import buildload, console, guest, printer, qemu
+from . import buildload, console, guest, modes, printer, qemu
 
 # A mode is a boot parameter of the series' kernel, except 'vanilla': the
 # same configuration built without the series.
@@ -48,6 +48,13 @@ POLICY = {
                          "checked: page faults >= pages",
     "fork": "4K: MADV_NOHUGEPAGE; checked at set-up: page faults >= pages",
     "fork_thp": "THP: 2 MiB-aligned, MADV_HUGEPAGE; checked at set-up: THP faults >= pages/512",
+    "fork_pte_thp": "THP mapped by PTEs: THPs faulted in (2 MiB-aligned, MADV_HUGEPAGE), "
+                    "every PMD split by an mprotect() of one page and back, then "
+                    "MADV_NOHUGEPAGE; checked at set-up: THP faults >= pages/512 and no "
+                    "AnonHugePages left",
+    "munmap_pte": "4K: MADV_NOHUGEPAGE; one munmap() of the whole populated range; checked "
+                  "at set-up: page faults >= pages",
+    "munmap_pte_thp": "THP mapped by PTEs, as fork_pte_thp; one munmap() of the whole range",
     "mmap": "4K: MADV_NOHUGEPAGE; checked: page faults >= pages",
     "munmap": "4K (the mappings of mmap)",
     "write": "tmpfs page cache (huge=never: 4K), unchecked",
@@ -68,6 +75,9 @@ def _workloads(mb: int, fork_mb: int) -> List[Workload]:
         Workload(f"sh:xbench:page_fault_shared:{mb}:{{cpus}}", ("page_fault_shared",)),
         Workload(f"sh:xbench:fork:{fork_mb}", ("fork",)),
         Workload(f"sh:xbench:fork_thp:{fork_mb}", ("fork_thp",)),
+        Workload(f"sh:xbench:fork_pte_thp:{fork_mb}", ("fork_pte_thp",)),
+        Workload(f"sh:xbench:munmap_pte:{fork_mb}", ("munmap_pte",)),
+        Workload(f"sh:xbench:munmap_pte_thp:{fork_mb}", ("munmap_pte_thp",)),
         Workload(f"sh:xbench:mmap:{mb}", ("mmap", "munmap")),
         Workload(f"sh:xbench:file:{mb}", ("write", "read")),
         Workload(f"sh:xbench:disk_read:{mb}", ("disk_read",)),
@@ -168,7 +178,7 @@ DEFERRED_MODES = ("deferred", "batch")
 
 
 def steps_for(req: BenchRequest, cpus: int, mode: str = "") -> List[str]:
-    window = mode in DEFERRED_MODES
+    window = mode != VANILLA and bool(mode) and modes.xpfo(mode) in DEFERRED_MODES
     steps = (["window:reset"] if window else [])
     if any(":disk_read" in wl.step for wl in req.workloads):
         steps.append("disk")    # ext2 on the scratch disk, at /mnt/scratch
@@ -320,13 +330,13 @@ def run(req: BenchRequest, meta: Dict[str, object], kernel: Optional[Path] = Non
                 elapsed = time.monotonic() - start
                 eta = (elapsed / done * (total - done)) if done else 0
                 printer.info("bench", f"round {rnd + 1}/{req.rounds}, {cpus} vCPUs, "
-                             f"xpfo={mode} ({done}/{total} boots, "
+                             f"{mode} ({done}/{total} boots, "
                              f"{printer.fmt_elapsed(elapsed)} elapsed"
                              + (f", ~{printer.fmt_elapsed(eta)} left)" if done else ")"))
                 vanilla = mode == VANILLA
                 greq = guest.GuestRequest(steps=steps_for(req, cpus, mode), cpus=cpus,
                                           mem_mb=req.mem_mb,
-                                          params=[] if vanilla else [f"xpfo={mode}"],
+                                          params=[] if vanilla else modes.params(mode),
                                           timeout=req.timeout, disk=True, extra_disks=disks,
                                           kernel=req.vanilla_kernel if vanilla else kernel,
                                           tcg_threads=req.tcg_threads,
@@ -340,7 +350,7 @@ def run(req: BenchRequest, meta: Dict[str, object], kernel: Optional[Path] = Non
     return data
 
 
-_LABEL = re.compile(r"bench-(?P<mode>[a-z]+)-(?P<cpus>\d+)cpu-r(?P<round>\d+)"
+_LABEL = re.compile(r"bench-(?P<mode>[a-z+-]+?)-(?P<cpus>\d+)cpu-r(?P<round>\d+)"
                     r"(?P<retry>-retry)?\.log$")
 
 

@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from . import (attacks, bench, build, buildload, console, deps, errors, guest, initramfs, judge,
-               printer, qemu, report, selftests, series, source)
+               modes, printer, qemu, report, selftests, series, source)
 from . import configs
 from .errors import HarnessError
 from .paths import LAYOUT
 
-MODES = ("off", "sync", "deferred", "batch", "strict")
+MODES = modes.XPFO_MODES
+# every mode a command takes: the XPFO modes and the pgtprot ones
+ALL_MODES = modes.ALL_MODES
+TEST_MODES = ALL_MODES
 BENCH_MODES = (bench.VANILLA,) + MODES
 QUICK_BUILD_FILES = 8
 
@@ -96,7 +99,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _params(args: argparse.Namespace) -> List[str]:
     params = list(args.param or [])
     if getattr(args, "mode", None):
-        params.insert(0, f"xpfo={args.mode}")
+        params[:0] = modes.params(args.mode)
     return params
 
 
@@ -123,9 +126,10 @@ def attack_steps(cpus: int) -> List[str]:
 
 
 def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True) -> dict:
-    params = [f"xpfo={mode}", "hugepages=4"]
+    params = modes.params(mode) + ["hugepages=4"]
     if kunit:
-        params += ["kunit.enable=1", "kunit.filter_glob=xpfo*"]
+        # every suite the test kernel has: xpfo and pgtprot
+        params += ["kunit.enable=1"]
     req = guest.GuestRequest(steps=attack_steps(cpus), cpus=cpus, mem_mb=1024,
                              params=params, timeout=timeout, disk=True,
                              label=f"attacks-{mode}")
@@ -140,7 +144,9 @@ def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True) -> dic
         "verdicts": [v.__dict__ for v in j.tests],
         "stray_incidents": list(stray),
         "kunit": j.kunit,
-        "kunit_cases": [c.__dict__ for c in con.ktap if c.suite == judge.KUNIT_SUITE],
+        "kunit_pgtprot": j.kunit_pgtprot,
+        "kunit_cases": [c.__dict__ for c in con.ktap
+                        if c.suite in (judge.KUNIT_SUITE, judge.PGT_KUNIT_SUITE)],
         **j.verdict.to_dict(),
         "passed": j.verdict.passed,
     }
@@ -148,7 +154,7 @@ def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True) -> dic
 
 def print_attack_table(results: Sequence[dict]) -> None:
     printer.raw("")
-    printer.raw("| test | " + " | ".join(f"xpfo={r['mode']}" for r in results) + " |")
+    printer.raw("| test | " + " | ".join(modes.label(r["mode"]) for r in results) + " |")
     printer.raw("|---|" + "---|" * len(results))
     names: List[str] = []
     for r in results:
@@ -163,13 +169,14 @@ def print_attack_table(results: Sequence[dict]) -> None:
                          f"{'PASS' if v['passed'] else 'FAIL'}: {v['detail']}")
         printer.raw(f"| {n} | " + " | ".join(cells) + " |")
     for r in results:
-        k = r.get("kunit") or {}
-        if k:
-            printer.raw(f"KUnit xpfo suite, xpfo={r['mode']}: {k['pass']} passed, "
-                        f"{k['fail']} failed, {k['skip']} skipped")
+        for suite, key in (("xpfo", "kunit"), ("pgtprot", "kunit_pgtprot")):
+            k = r.get(key) or {}
+            if k:
+                printer.raw(f"KUnit {suite} suite, {modes.label(r['mode'])}: {k['pass']} "
+                            f"passed, {k['fail']} failed, {k['skip']} skipped")
     for r in results:
         for reason in r["reasons"]:
-            printer.raw(f"FAIL xpfo={r['mode']}: {reason}")
+            printer.raw(f"FAIL {modes.label(r['mode'])}: {reason}")
     printer.raw("")
 
 
@@ -191,7 +198,8 @@ def run_stress(mode: str, cpus: int, seconds: int, mem_mb: int) -> dict:
     # (seen at 512 MiB: 0xf800000-0x107fffff), and then none goes offline.
     req = guest.GuestRequest(steps=["info", "disk", "hotplug", "audit:hotplug",
                                     f"stress:{seconds}", "audit:stress"], cpus=cpus,
-                             mem_mb=mem_mb, params=[f"xpfo={mode}", "movablecore=50%", "nokaslr"],
+                             mem_mb=mem_mb,
+                             params=modes.params(mode) + ["movablecore=50%", "nokaslr"],
                              timeout=seconds * 3 + 420, disk=True, label=f"stress-{mode}")
     r = guest.run(req)
     con = r.console
@@ -498,20 +506,23 @@ def parser() -> argparse.ArgumentParser:
                     help="build the base without the series (benchmark reference)")
     sp = add("boot", cmd_boot, "boot the kernel; a shell on the console, or run steps")
     guest_opts(sp)
-    sp.add_argument("--mode", choices=MODES, help="xpfo= boot parameter")
+    sp.add_argument("--mode", choices=ALL_MODES,
+                    help="xpfo= (and pgtprot=) boot parameters: " + ", ".join(ALL_MODES))
     sp.add_argument("--param", action="append", help="extra kernel parameter (repeatable)")
     sp.add_argument("--dry-run", action="store_true", help="print the QEMU command only")
     sp.add_argument("steps", nargs="*", help="guest steps, e.g. info lkdtm:XPFO_READ_USER")
     sp = add("test", cmd_test, "attack tests (both sides), KUnit, in every mode")
     guest_opts(sp)
-    sp.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    sp.add_argument("--modes", nargs="+", choices=ALL_MODES, default=list(TEST_MODES))
     sp = add("stress", cmd_stress, "stress the kernel in one mode (fork, THP, reclaim, ...)")
     guest_opts(sp, cpus=4)
-    sp.add_argument("--mode", choices=MODES, default="sync")
+    sp.add_argument("--mode", choices=ALL_MODES, default="sync")
     sp.add_argument("--seconds", type=positive, default=300)
     sp = add("bench", cmd_bench, "side-by-side benchmark of the modes, tables and plots")
-    sp.add_argument("--modes", nargs="+", choices=BENCH_MODES, default=list(BENCH_MODES),
-                    help="'vanilla' is the same configuration built without the series")
+    sp.add_argument("--modes", nargs="+", choices=BENCH_MODES + modes.PGT_RUN_MODES,
+                    default=list(BENCH_MODES),
+                    help="'vanilla' is the same configuration built without the series; "
+                    "pgt-eager, pgt-batched and strict+pgt-batched add pgtprot=")
     sp.add_argument("--cpus", nargs="+", type=positive, default=None,
                     help="vCPU counts (default: 1 2 4 8 up to the host's cores; more are "
                     "run when asked, marked oversubscribed and not judged)")
@@ -525,7 +536,7 @@ def parser() -> argparse.ArgumentParser:
                     help="rebuild the report from saved guest logs (bench-MODE-Ncpu-rR.log)")
     sp = add("selftests", cmd_selftests,
              "upstream's mm selftests in each mode, compared with xpfo=off")
-    sp.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    sp.add_argument("--modes", nargs="+", choices=ALL_MODES, default=list(MODES))
     sp.add_argument("--cpus", type=positive, default=1, help="vCPUs (-smp)")
     sp.add_argument("--kernel", help="boot this bzImage as it is (no ensure_kernel)")
     sp.add_argument("--parallel", type=positive, default=1,
@@ -553,7 +564,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--write", action="store_true", help="record the table in docs/SERIES.md")
     sp = add("parse", cmd_parse, "re-parse a saved console log")
     sp.add_argument("log")
-    sp.add_argument("--mode", choices=MODES, help="also judge the attack tests for this mode")
+    sp.add_argument("--mode", choices=ALL_MODES,
+                    help="also judge the attack tests for this mode")
     sp.add_argument("--cpus", type=positive, default=2)
     sp = add("check", cmd_check, "run the project's test suite (pytest)")
     sp.add_argument("pytest_args", nargs=argparse.REMAINDER)

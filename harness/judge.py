@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import attacks, qemu
+from . import attacks, modes, qemu
 from .console import Console
 
 
@@ -75,11 +75,12 @@ def outcome(run: qemu.Run) -> Verdict:
 def incidents(con: Console, allowed_steps: Sequence[str] = ()) -> Verdict:
     """Kernel reports outside the steps that declare an expected XPFO oops.
 
-    In an allowed step only XPFO oopses are allowed; the attack rules
-    (attacks.py) judge those."""
+    In an allowed step only XPFO and pgtprot oopses are allowed; the attack
+    rules (attacks.py) judge those."""
     bad = [f"{i.kind} during {i.step or 'boot'}: {i.first_line}"
            for i in con.incidents
-           if i.step not in allowed_steps or not i.mentions(attacks.XPFO_OOPS)]
+           if i.step not in allowed_steps
+           or not (i.mentions(attacks.XPFO_OOPS) or i.mentions(attacks.PGTPROT_OOPS))]
     return _failure(bad)
 
 
@@ -123,6 +124,12 @@ KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batch",),
                    "xpfo_test_remote_bulk": ("sync", "strict"),
                    "xpfo_test_remote_order4": ("sync", "strict"),
                    "xpfo_test_freed_thp_cleared": ("sync", "deferred")}
+# The pgtprot suite, judged the same way on the pgtprot part of the mode.
+PGT_KUNIT_SUITE = "pgtprot"
+PGT_KUNIT_MODE_ONLY = {"pgtprot_test_section_window": ("batched",),
+                       "pgtprot_test_irq_in_section": ("batched",),
+                       "pgtprot_test_section_pins_cpu": ("batched",),
+                       "pgtprot_test_slots_overflow": ("batched",)}
 
 
 def kunit_counts(con: Console, suite: str = KUNIT_SUITE) -> Dict[str, int]:
@@ -133,9 +140,14 @@ def kunit_counts(con: Console, suite: str = KUNIT_SUITE) -> Dict[str, int]:
     return counts
 
 
-def kunit(con: Console, mode: str, suite: str = KUNIT_SUITE) -> Verdict:
+def kunit(con: Console, run_mode: str, suite: str = KUNIT_SUITE) -> Verdict:
+    """A suite's cases in one mode: the xpfo suite on the mode's XPFO part,
+    the pgtprot suite on its pgtprot part ("off" is the open side)."""
+    pgt = suite == PGT_KUNIT_SUITE
+    mode = modes.pgt(run_mode) if pgt else modes.xpfo(run_mode)
+    only = PGT_KUNIT_MODE_ONLY if pgt else KUNIT_MODE_ONLY
     cases = [c for c in con.ktap if c.suite == suite]
-    name = f"KUnit {suite} suite, xpfo={mode}"
+    name = f"KUnit {suite} suite, {'pgtprot' if pgt else 'xpfo'}={mode}"
     if not cases:
         return Verdict(Status.FAILURE, (f"{name}: did not run",))
     bad = []
@@ -143,12 +155,12 @@ def kunit(con: Console, mode: str, suite: str = KUNIT_SUITE) -> Verdict:
     if plan is not None and len(cases) != plan:
         bad.append(f"{name}: {len(cases)} of its {plan} cases reported")
     bad += [f"{name}: {c.name} failed" for c in cases if c.status == "fail"]
-    if mode in attacks.OPEN_MODES:
-        bad += [f"{name}: {c.name} passed, but with XPFO off it must skip itself"
+    if mode == "off":
+        bad += [f"{name}: {c.name} passed, but with the protection off it must skip itself"
                 for c in cases if c.status == "pass"]
     else:
         bad += [f"{name}: {c.name} skipped" for c in cases if c.status == "skip"
-                and mode in KUNIT_MODE_ONLY.get(c.name, (mode,))]
+                and mode in only.get(c.name, (mode,))]
         if not any(c.status == "pass" for c in cases):
             bad.append(f"{name}: no case passed")
     return _failure(bad)
@@ -161,6 +173,7 @@ class AttackRun:
     verdict: Verdict
     tests: List[attacks.Verdict] = field(default_factory=list)
     kunit: Dict[str, int] = field(default_factory=dict)
+    kunit_pgtprot: Dict[str, int] = field(default_factory=dict)
 
 
 def attack_steps(cpus: int) -> List[str]:
@@ -173,10 +186,18 @@ def attack_run(run: qemu.Run, mode: str, cpus: int, with_kunit: bool = True) -> 
     con = run.console
     verdicts = attacks.judge_all(con, mode, cpus)
     parts = [boot(run, allowed_steps=attack_steps(cpus)),
-             _failure([f"{v.test} (xpfo={mode}): {v.detail}" for v in verdicts if not v.passed])]
+             _failure([f"{v.test} ({modes.label(mode)}): {v.detail}"
+                       for v in verdicts if not v.passed])]
+    counts: Dict[str, Dict[str, int]] = {}
     if with_kunit:
         parts.append(kunit(con, mode))
-    return AttackRun(worst(parts), verdicts, kunit_counts(con) if with_kunit else {})
+        counts[KUNIT_SUITE] = kunit_counts(con)
+        # a kernel without pgtprot has no suite: required only where it is on
+        if modes.pgt(mode) != "off" or any(c.suite == PGT_KUNIT_SUITE for c in con.ktap):
+            parts.append(kunit(con, mode, PGT_KUNIT_SUITE))
+            counts[PGT_KUNIT_SUITE] = kunit_counts(con, PGT_KUNIT_SUITE)
+    return AttackRun(worst(parts), verdicts, counts.get(KUNIT_SUITE, {}),
+                     counts.get(PGT_KUNIT_SUITE, {}))
 
 
 AUDIT_BAD = ("mapped_user", "absent_kernel")
@@ -236,5 +257,5 @@ def stress_run(run: qemu.Run, step: str) -> Verdict:
 
 def bench_failures(failures: Sequence[Dict[str, object]]) -> Verdict:
     """A benchmark run: each failed cell (mode, vCPUs, workload) is a reason."""
-    return _failure([f"benchmark {f.get('workload', '?')} xpfo={f.get('mode', '?')} "
+    return _failure([f"benchmark {f.get('workload', '?')} {modes.label(str(f.get('mode', '?')))} "
                      f"{f.get('cpus', '?')} vCPUs: {f.get('reason', '?')}" for f in failures])

@@ -4,7 +4,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from . import stats
+from . import modes as modes_, stats
 
 COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             ("xpfo_flush_ipi_sent", "IPIs sent"), ("xpfo_flush_ipi_received", "IPIs recv"),
@@ -17,7 +17,11 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             ("xpfo_clear", "cleared before remap"), ("xpfo_atomic", "atomic allocs"),
             # the huge-page policy, visible: a 4K workload has about 1000 page
             # faults per 1000 pages, a THP one about 2 THP faults
-            ("pgfault", "page faults"), ("thp_fault_alloc", "THP faults")]
+            ("pgfault", "page faults"), ("thp_fault_alloc", "THP faults"),
+            # pgtprot: write windows opened, page-table pages opened in them
+            # (summed over what they were for), entry stores through them
+            ("pgtprot_windows", "pgt windows"), ("pgtprot_pages", "pgt pages opened"),
+            ("pgtprot_writes", "pgt stores"), ("pgtprot_protect", "pgt tables protected")]
 
 
 def counter(s: dict, key: str) -> int:
@@ -26,6 +30,8 @@ def counter(s: dict, key: str) -> int:
     c = s["counters"]
     if key == "tlb_local":
         return c.get("nr_tlb_local_flush_one", 0) + c.get("nr_tlb_local_flush_all", 0)
+    if key in ("pgtprot_windows", "pgtprot_pages"):
+        return sum(v for k, v in c.items() if k.startswith(key + "_"))
     return c.get(key, 0)
 
 
@@ -162,7 +168,7 @@ def tables(data) -> str:
                        "the kernel; no target is judged on them.\n")
         out.append("Median [min–max] over rounds; overhead = paired ratio to `off` per "
                    "round (>1 is slower), median [min–max].\n")
-        head = "| workload | unit | " + " | ".join(f"xpfo={m}" for m in modes)
+        head = "| workload | unit | " + " | ".join(modes_.label(m) for m in modes)
         head += " | " + " | ".join(f"{m}/off" for m in modes if m != "off") + " |"
         out.append(head)
         out.append("|---|---|" + "---|" * (len(modes) + len([m for m in modes if m != "off"])))
@@ -228,14 +234,14 @@ def tables(data) -> str:
         out.append("Boots retried (the guest died before its runner started; booted "
                    "again once, and the second boot's figures are the cells'):\n")
         for r in retries:
-            out.append(f"- xpfo={r['mode']}, {r['cpus']} vCPUs, round {r['round'] + 1}: "
+            out.append(f"- {modes_.label(r['mode'])}, {r['cpus']} vCPUs, round {r['round'] + 1}: "
                        f"{r['reason']} (log {r['log']}; retry {r.get('retry_outcome', '?')}, "
                        f"log {r.get('retry_log', '?')})")
         out.append("")
     if failures:
         out.append("Failed cells (not averaged into anything):\n")
         for f in failures:
-            out.append(f"- {f['workload']}, xpfo={f['mode']}, {f['cpus']} vCPUs, round "
+            out.append(f"- {f['workload']}, {modes_.label(f['mode'])}, {f['cpus']} vCPUs, round "
                        f"{f['round'] + 1}: {f['reason']}")
         out.append("")
     return "\n".join(out)
@@ -296,7 +302,7 @@ def plots(data, outdir: Path) -> List[Path]:
                         xs.append(c)
                         ys.append(r.median)
                 if xs:
-                    ax.plot(xs, ys, marker="o", label=f"xpfo={m}")
+                    ax.plot(xs, ys, marker="o", label=modes_.label(m))
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_title(w)
             ax.set_xlabel("vCPUs (* oversubscribed)" if oversubscribed(data.meta) else "vCPUs")
@@ -326,7 +332,7 @@ def plots(data, outdir: Path) -> List[Path]:
                     and s["cpus"] == ipi_cpus]
             sm = stats.summarize([v for v in vals if v is not None])
             ys.append(sm.median if sm else 0)
-        ax.bar([j + i * width for j in range(len(paged))], ys, width, label=f"xpfo={m}")
+        ax.bar([j + i * width for j in range(len(paged))], ys, width, label=modes_.label(m))
     ax.set_xticks([j + width * (len(all_modes) - 1) / 2 for j in range(len(paged))])
     ax.set_xticklabels(paged)
     ax.set_ylabel(f"flush IPIs sent per 1000 user pages ({ipi_cpus} vCPUs)")

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import console, deps, guest, initramfs, printer, qemu
+from . import modes as modes_
 from .errors import HarnessError
 from .paths import LAYOUT, Layout
 
@@ -328,12 +329,13 @@ def run_mode(mode: str, programs: Sequence[Program], initrd: Path, kernel: Optio
             break
         deadline = sum(p.timeout + 10 for p in programs[start:]) + 180
         req = guest.GuestRequest(steps=["info", f"{STEP}:{start}"], cpus=cpus,
-                                 mem_mb=GUEST_MEM_MB, params=[f"xpfo={mode}"],
+                                 mem_mb=GUEST_MEM_MB, params=modes_.params(mode),
                                  timeout=deadline, kernel=kernel, disk=True,
                                  label=f"selftests-{mode}" + (f"-{boot}" if boot else ""))
         m = dataclasses.replace(guest.machine(req, layout), initrd=initrd)
         log = guest.log_path(layout, req.label)
-        printer.info("selftests", f"xpfo={mode}: programs {start + 1}..{len(programs)}, "
+        printer.info("selftests", f"{modes_.label(mode)}: programs "
+                     f"{start + 1}..{len(programs)}, "
                      f"{cpus} vCPUs; log {log}")
         r = qemu.run(m, deadline, log)
         outcomes.append(r.outcome.value)
@@ -342,13 +344,13 @@ def run_mode(mode: str, programs: Sequence[Program], initrd: Path, kernel: Optio
         begun = [p for p in programs[start:] if seen[p.id].status != "not-run"]
         for p in begun:
             results[p.id] = seen[p.id]
-        printer.info("selftests", f"xpfo={mode}: {r.outcome.value} after "
+        printer.info("selftests", f"{modes_.label(mode)}: {r.outcome.value} after "
                      f"{printer.fmt_elapsed(r.elapsed)}, {len(begun)} programs ran")
         if r.outcome is qemu.Outcome.POWERED_OFF or not begun:
             break
         if r.outcome is qemu.Outcome.TIMEOUT and results[begun[-1].id].status == "crashed":
             results[begun[-1].id].status = "timeout"
-        printer.warn(f"xpfo={mode}: guest {r.outcome.value} during {begun[-1].id}; "
+        printer.warn(f"{modes_.label(mode)}: guest {r.outcome.value} during {begun[-1].id}; "
                      "booting again past it")
         start = programs.index(begun[-1]) + 1
     return {"mode": mode, "outcomes": outcomes, "logs": logs,
@@ -514,12 +516,12 @@ def differences(modes: Dict[str, dict], base: str = "off") -> List[str]:
         for pid, d in data["programs"].items():
             r = _res(d)
             for inc in r.incidents:
-                out.append(f"xpfo={mode} {pid}: kernel report {inc}")
+                out.append(f"{modes_.label(mode)} {pid}: kernel report {inc}")
             if mode == base or pid not in ref:
                 continue
             o = _res(ref[pid])
             if not same(r, o):
-                out.append(f"xpfo={mode} {pid}: {cell(r)} (off: {cell(o)})")
+                out.append(f"{modes_.label(mode)} {pid}: {cell(r)} (off: {cell(o)})")
     return out
 
 
@@ -562,7 +564,7 @@ def table(modes: Dict[str, dict], base: str = "off") -> str:
     ids: List[str] = []
     for data in modes.values():
         ids += [pid for pid in data["programs"] if pid not in ids]
-    rows = ["| program | " + " | ".join(f"xpfo={m}" for m in names) + " |",
+    rows = ["| program | " + " | ".join(modes_.label(m) for m in names) + " |",
             "|---|" + "---|" * len(names)]
     ref = modes.get(base, {}).get("programs", {})
     for pid in ids:
@@ -627,7 +629,7 @@ def run_suite(modes: Sequence[str], cpus: int, kernel: Optional[Path], meta: dic
 def summarize(runs: Dict[str, dict], meta: dict, build_info: dict) -> dict:
     """Print the table and the differences; the suite's result as data."""
     diffs = differences(runs)
-    crashed = [f"xpfo={m}: guest {o}" for m, d in runs.items()
+    crashed = [f"{modes_.label(m)}: guest {o}" for m, d in runs.items()
                for o in d["outcomes"] if o != qemu.Outcome.POWERED_OFF.value]
     text = table(runs)
     printer.raw("")
@@ -635,7 +637,8 @@ def summarize(runs: Dict[str, dict], meta: dict, build_info: dict) -> dict:
     printer.raw("")
     for m, d in runs.items():
         t = totals(d)
-        printer.raw(f"xpfo={m}: {t['programs']} programs, {t['cases']} cases: {t['pass']} "
+        printer.raw(f"{modes_.label(m)}: {t['programs']} programs, {t['cases']} cases: "
+                    f"{t['pass']} "
                     f"passed, {t['fail']} failed, {t['skip']} skipped "
                     f"({100.0 * t['skip'] / max(t['cases'], 1):.1f}%), "
                     f"{t['reports']} kernel reports")
@@ -653,7 +656,7 @@ def summarize(runs: Dict[str, dict], meta: dict, build_info: dict) -> dict:
     }
 
 
-_LOG_NAME = re.compile(r"selftests-(off|sync|deferred|batch)(?:-\d+)?\.log$")
+_LOG_NAME = re.compile(r"selftests-([a-z+-]+?)(?:-\d+)?\.log$")
 
 
 def from_logs(logs: Sequence[Path]) -> Dict[str, dict]:

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from harness import attacks, cli, deps, guest, judge, qemu, source
+from harness import attacks, cli, deps, guest, judge, modes, qemu, source
 from harness.paths import LAYOUT
 
 pytestmark = pytest.mark.integration
@@ -36,32 +36,38 @@ def source_tree():
 
 @pytest.fixture(scope="session")
 def attack_runs(kernel):
-    return {mode: cli.run_attacks(mode, cpus=2, timeout=900) for mode in cli.MODES}
+    return {mode: cli.run_attacks(mode, cpus=2, timeout=900) for mode in cli.TEST_MODES}
 
 
 def test_guest_reports_from_inside(attack_runs):
     for mode, run in attack_runs.items():
         assert run["outcome"] == qemu.Outcome.POWERED_OFF.value, run["log"]
         assert run["info"]["cpus"] == 2
-        assert run["info"]["xpfo_mode"] == mode
+        assert run["info"]["xpfo_mode"] == modes.xpfo(mode)
+        assert run["info"]["pgtprot_mode"] == modes.pgt(mode)
         assert run["info"]["kernel"].startswith("6.12")
 
 
-@pytest.mark.parametrize("mode", list(cli.MODES))
+@pytest.mark.parametrize("mode", list(cli.TEST_MODES))
 def test_attacks_both_sides(attack_runs, mode):
     run = attack_runs[mode]
     attack = [r for r in run["reasons"] if not r.startswith("KUnit")]
     assert not attack, f"{attack} (log {run['log']})"
     names = {v["test"] for v in run["verdicts"]}
-    assert {a.name for a in attacks.LKDTM_ATTACKS} <= names
+    assert {a.name for a in attacks.LKDTM_ATTACKS + attacks.PGTPROT_ATTACKS} <= names
     assert {f"ret2dir[{v}]" for v in attacks.RET2DIR_VARIANTS} <= names
 
 
-@pytest.mark.parametrize("mode", list(cli.MODES))
+@pytest.mark.parametrize("mode", list(cli.TEST_MODES))
 def test_kunit_suite(attack_runs, mode):
     # judge.kunit: every case reported; with XPFO on all pass but the
-    # batch-only case outside batch, with XPFO off all skip
+    # batch-only case outside batch, with XPFO off all skip; the same for
+    # the pgtprot suite on the mode's pgtprot part
     run = attack_runs[mode]
+    assert run["kunit"]["pass"] + run["kunit"]["skip"] > 0, run["kunit"]
+    assert run["kunit_pgtprot"]["pass"] + run["kunit_pgtprot"]["skip"] > 0, run
+    if modes.pgt(mode) != "off":
+        assert run["kunit_pgtprot"]["pass"] > 0, run["kunit_pgtprot"]
     assert not [r for r in run["reasons"] if r.startswith("KUnit")], run["reasons"]
     assert run["status"] == judge.Status.SUCCESS.value, run["reasons"]
 
@@ -107,13 +113,17 @@ def test_the_kernels_ktap_parser_sees_a_runner_that_died_as_crashed(source_tree)
 
 
 def test_unknown_mode_warns_and_stays_off(kernel):
-    req = guest.GuestRequest(steps=["info"], cpus=1, mem_mb=512, params=["xpfo=bogus"],
+    req = guest.GuestRequest(steps=["info"], cpus=1, mem_mb=512,
+                             params=["xpfo=bogus", "pgtprot=bogus"],
                              timeout=300, label="bad-param")
     r = guest.run(req)
     v = judge.boot(r)
     assert v.passed, v.reasons
     assert r.console.steps["info"].results[0]["xpfo_mode"] == "off"
+    assert r.console.steps["info"].results[0]["pgtprot_mode"] == "off"
     assert any("xpfo: unknown mode 'bogus' (accepted: off, sync, deferred, batch, strict)" in x
+               for x in r.console.lines)
+    assert any("pgtprot: unknown mode 'bogus' (accepted: off, eager, batched)" in x
                for x in r.console.lines)
 
 
@@ -160,9 +170,10 @@ def test_kmap_sites_one_mapping_per_thp_and_per_page_copied(kernel):
     assert off["write"]["counters"]["xpfo_kmap"] == 0
 
 
-@pytest.mark.parametrize("mode", list(cli.MODES))
-def test_stress_smp4(kernel, mode):
-    res = cli.run_stress(mode, cpus=4, seconds=STRESS_SECONDS, mem_mb=512)
+@pytest.mark.parametrize("run_mode", list(cli.MODES) + ["strict+pgt-batched"])
+def test_stress_smp4(kernel, run_mode):
+    res = cli.run_stress(run_mode, cpus=4, seconds=STRESS_SECONDS, mem_mb=512)
+    mode, pgt = modes.split(run_mode)
     assert res["status"] == judge.Status.SUCCESS.value, res["reasons"]
     # every worker did its work at least once, page-cache churn included
     workers = {w["worker"]: w for w in res["workers"] if "worker" in w}
@@ -194,6 +205,15 @@ def test_stress_smp4(kernel, mode):
         assert c.get("xpfo_atomic", 0) == 0, c
         # every frame that went back to the direct map was cleared first
         assert c.get("xpfo_clear", 0) >= c["xpfo_remap"], c
+    if pgt == "off":
+        assert c.get("pgtprot_writes", 0) == 0, c
+    else:
+        # page tables were written through windows, fork's and munmap's in
+        # batched sections of more than one store each
+        assert c["pgtprot_writes"] > 0 and c["pgtprot_protect"] > 0, c
+        assert c["pgtprot_windows_fork"] > 0 and c["pgtprot_windows_exit"] > 0, c
+        assert c["pgtprot_writes"] > sum(v for k, v in c.items()
+                                         if k.startswith("pgtprot_windows_")), c
     # the direct map agrees with every frame's owner after the load and after
     # memory blocks went offline and online again (judged in res["status"])
     assert set(res["audits"]) == {"stress", "hotplug"}, res["audits"]

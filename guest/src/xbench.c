@@ -52,7 +52,7 @@ static void die(const char *what)
 /* /proc/vmstat's event counters that the reports carry. */
 #define NVM 64
 static const char *const vm_prefixes[] = {
-	"xpfo_", "nr_tlb_", "pgfault", "pgmajfault", "pgpgin", "pgalloc_normal",
+	"xpfo_", "pgtprot_", "nr_tlb_", "pgfault", "pgmajfault", "pgpgin", "pgalloc_normal",
 	"pgalloc_dma32", "thp_fault_alloc", "thp_fault_fallback", NULL,
 };
 
@@ -273,8 +273,55 @@ static void page_fault_shared(size_t mb, int procs)
 	report("page_fault_shared", pages / t, "pages/s", "higher", t, pages, "4k", &chk, &d);
 }
 
+/* How a workload's memory is mapped: 4K folios, THPs, THPs mapped by PTEs. */
+enum maptype { MT_4K, MT_THP, MT_THP_PTE };
+
+static long smaps_kb(const char *field)
+{
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	char line[256];
+	long kb = -1;
+
+	if (!f)
+		die("smaps_rollup");
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field)))
+			kb = strtol(line + strlen(field), NULL, 10);
+	fclose(f);
+	return kb;
+}
+
+/*
+ * map_touch() with the policy of @type. MT_THP_PTE faults THPs in and then
+ * splits every PMD mapping (an mprotect() of one page and back), so that
+ * the folios stay large and are mapped by PTEs; khugepaged is kept away.
+ */
+static char *map_typed(size_t len, enum maptype type, char **base, size_t *maplen)
+{
+	char *p = map_touch(len, type != MT_4K, base, maplen);
+
+	if (type != MT_THP_PTE)
+		return p;
+	for (size_t off = 0; off < len; off += HPAGE)
+		if (mprotect(p + off, PAGE, PROT_READ) ||
+		    mprotect(p + off, PAGE, PROT_READ | PROT_WRITE))
+			die("mprotect");
+	if (madvise(p, len, MADV_NOHUGEPAGE))
+		die("madvise");
+	if (smaps_kb("AnonHugePages:") != 0) {
+		fprintf(stderr, "xbench: THPs still mapped by PMDs after the split\n");
+		exit(1);
+	}
+	return p;
+}
+
+static const char *maptype_huge(enum maptype type)
+{
+	return type == MT_4K ? "4k" : "thp";
+}
+
 /* fork + exit of a process with len touched; counters of the forks only. */
-static void fork_bench(const char *name, size_t mb, int thp)
+static void fork_bench(const char *name, size_t mb, enum maptype type)
 {
 	size_t len = mb << 20;
 	struct vm s0, s1, s2, setup, d;
@@ -284,7 +331,7 @@ static void fork_bench(const char *name, size_t mb, int thp)
 	double t;
 
 	vm_snap(&s0);
-	map_touch(len, thp, &base, &ml);
+	map_typed(len, type, &base, &ml);
 	vm_snap(&s1);
 	t = now();
 	for (int i = 0; i < n; i++) {
@@ -302,8 +349,38 @@ static void fork_bench(const char *name, size_t mb, int thp)
 	vm_delta(&d, &s2, &s1);
 	struct check chk = { len / PAGE, &setup, NULL };
 
-	report(name, t / n * 1e6, "us/fork", "lower", t, len / PAGE, thp ? "thp" : "4k", &chk, &d);
+	report(name, t / n * 1e6, "us/fork", "lower", t, len / PAGE, maptype_huge(type), &chk,
+	       &d);
 	unmap(base, ml);
+}
+
+/* munmap of len populated bytes, n times; counters of the munmaps only. */
+static void munmap_bench(const char *name, size_t mb, enum maptype type)
+{
+	size_t len = mb << 20;
+	struct vm a, b, c, setup = { 0 }, d = { 0 };
+	int n = 4;
+	double t = 0;
+
+	for (int i = 0; i < n; i++) {
+		char *base;
+		size_t ml;
+
+		vm_snap(&a);
+		map_typed(len, type, &base, &ml);
+		vm_snap(&b);
+		double t0 = now();
+
+		unmap(base, ml);
+		t += now() - t0;
+		vm_snap(&c);
+		vm_add(&setup, &b, &a);
+		vm_add(&d, &c, &b);
+	}
+	struct check chk = { n * (len / PAGE), &setup, NULL };
+
+	report(name, t / n * 1e3, "ms/munmap", "lower", t, n * (len / PAGE), maptype_huge(type),
+	       &chk, &d);
 }
 
 static void mmap_bench(size_t mb)
@@ -645,9 +722,15 @@ int main(int argc, char **argv)
 	else if (!strcmp(w, "page_fault_shared"))
 		page_fault_shared(mb, procs);
 	else if (!strcmp(w, "fork"))
-		fork_bench(w, mb, 0);
+		fork_bench(w, mb, MT_4K);
 	else if (!strcmp(w, "fork_thp"))
-		fork_bench(w, mb, 1);
+		fork_bench(w, mb, MT_THP);
+	else if (!strcmp(w, "fork_pte_thp"))
+		fork_bench(w, mb, MT_THP_PTE);
+	else if (!strcmp(w, "munmap_pte"))
+		munmap_bench(w, mb, MT_4K);
+	else if (!strcmp(w, "munmap_pte_thp"))
+		munmap_bench(w, mb, MT_THP_PTE);
 	else if (!strcmp(w, "disk_read"))
 		disk_read(mb);
 	else if (!strcmp(w, "mmap"))
@@ -664,7 +747,7 @@ int main(int argc, char **argv)
 		meta_bench(mb);
 	else {
 		fprintf(stderr, "usage: xbench build JOBS | page_fault|page_fault_thp|page_fault_shared|fork|fork_thp|"
-			"mmap|file|disk_read|exec|lseek|pread1 [MB] [PROCS] | meta [THOUSANDS]\n");
+			"fork_pte_thp|munmap_pte|munmap_pte_thp|mmap|file|disk_read|exec|lseek|pread1 [MB] [PROCS] | meta [THOUSANDS]\n");
 		return 2;
 	}
 	return 0;

@@ -1,0 +1,111 @@
+"""pgtprot in the harness: mode names, both sides of the stray-store tests,
+the pgtprot KUnit suite's rules."""
+
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from harness import attacks, console, judge, modes, qemu
+from harness.errors import HarnessError
+
+PTE = "lkdtm:PGTPROT_WRITE_PTE"
+PMD = "lkdtm:PGTPROT_WRITE_PMD"
+OOPS = ["BUG: unable to handle page fault for address: ffff888003a1c008",
+        "pgtprot: write to a read-only page-table page at ffff888003a1c008 (pfn 0x3a1c), "
+        "pgtprot=batched",
+        "#PF: supervisor write access in kernel mode",
+        "---[ end trace 0000000000000000 ]---"]
+
+
+def test_mode_names():
+    assert modes.split("strict") == ("strict", "off")
+    assert modes.split("pgt-eager") == ("off", "eager")
+    assert modes.split("strict+pgt-batched") == ("strict", "batched")
+    assert modes.params("sync") == ["xpfo=sync"]
+    assert modes.params("strict+pgt-batched") == ["xpfo=strict", "pgtprot=batched"]
+    assert modes.label("pgt-batched") == "xpfo=off pgtprot=batched"
+    assert modes.label("vanilla") == "vanilla"
+    for bad in ("pgt-off", "pgt-bogus", "strict+sync", "nope", "strict+pgt-eager+pgt-batched"):
+        with pytest.raises(HarnessError):
+            modes.split(bad)
+
+
+def _step(name: str, body: List[str], ended: bool = True) -> console.Console:
+    lines = ["KTAP version 1", "1..1", f"# XH-STEP-BEGIN {name}", *body]
+    if ended:
+        lines += [f"ok 1 {name}", "# XH-DONE"]
+    return console.parse(lines)
+
+
+def _landed_pte(value: str = attacks.PGTPROT_USER_VALUE) -> List[str]:
+    return ["PGTPROT_WRITE_PTE: entry 0x8000000003f0f025 at ffff888003a1c008, writing it "
+            "through the direct map",
+            f"PGTPROT_WRITE_PTE: user wrote {value} to a read-only page through the forged PTE"]
+
+
+def test_off_side_needs_the_users_write_to_land():
+    v = attacks.judge_pgt(_step(PTE, _landed_pte()), PTE, "PGTPROT_WRITE_PTE", "strict")
+    assert v.passed and "attack works" in v.detail, v.detail
+    v = attacks.judge_pgt(_step(PTE, _landed_pte("0x0")), PTE, "PGTPROT_WRITE_PTE", "off")
+    assert not v.passed and "test broken" in v.detail
+    v = attacks.judge_pgt(_step(PTE, _landed_pte()[:1]), PTE, "PGTPROT_WRITE_PTE", "off")
+    assert not v.passed and "did not report" in v.detail
+    v = attacks.judge_pgt(_step(PTE, OOPS), PTE, "PGTPROT_WRITE_PTE", "off")
+    assert not v.passed and "unexpected" in v.detail
+    pmd = ["PGTPROT_WRITE_PMD: wrote the entry back through the direct map"]
+    assert attacks.judge_pgt(_step(PMD, pmd), PMD, "PGTPROT_WRITE_PMD", "off").passed
+
+
+def test_on_side_needs_the_pgtprot_oops_and_no_store():
+    v = attacks.judge_pgt(_step(PTE, _landed_pte()[:1] + OOPS), PTE, "PGTPROT_WRITE_PTE",
+                          "pgt-batched")
+    assert v.passed and "stopped" in v.detail, v.detail
+    v = attacks.judge_pgt(_step(PTE, _landed_pte()), PTE, "PGTPROT_WRITE_PTE", "pgt-eager")
+    assert not v.passed and "NOT STOPPED" in v.detail
+    other = [x.replace("pgtprot: write", "something") for x in OOPS]
+    v = attacks.judge_pgt(_step(PTE, other), PTE, "PGTPROT_WRITE_PTE", "strict+pgt-batched")
+    assert not v.passed and "expected a pgtprot oops" in v.detail
+    v = attacks.judge_pgt(_step(PTE, OOPS, ended=False), PTE, "PGTPROT_WRITE_PTE", "pgt-eager")
+    assert not v.passed and "did not go on" in v.detail
+    broken = ["FAIL: PGTPROT_WRITE_PTE: the user could write the page before the attack"]
+    v = attacks.judge_pgt(_step(PTE, broken), PTE, "PGTPROT_WRITE_PTE", "pgt-eager")
+    assert not v.passed and "test broken" in v.detail
+
+
+def test_pgtprot_oops_is_allowed_only_in_the_attack_steps():
+    con = _step(PTE, OOPS)
+    assert judge.incidents(con, [PTE]).passed
+    assert not judge.incidents(con, []).passed
+
+
+def _ktap(*cases: str) -> List[str]:
+    return (["KTAP version 1", "1..1", "    KTAP version 1", "    # Subtest: pgtprot",
+             f"    1..{len(cases)}"] + [f"    {c}" for c in cases] + ["ok 1 pgtprot"])
+
+
+def test_pgtprot_kunit_rules():
+    batched_only = "pgtprot_test_section_window"
+    con = console.parse(_ktap("ok 1 pgtprot_test_table_readonly",
+                              f"ok 2 {batched_only} # SKIP needs pgtprot=batched"))
+    suite = judge.PGT_KUNIT_SUITE
+    assert judge.kunit(con, "pgt-eager", suite).passed
+    # the batched-only case must run with pgtprot=batched, XPFO or not
+    assert not judge.kunit(con, "pgt-batched", suite).passed
+    assert not judge.kunit(con, "strict+pgt-batched", suite).passed
+    # with pgtprot off every case skips itself, whatever XPFO does
+    off = console.parse(_ktap("ok 1 a # SKIP needs pgtprot", "ok 2 b # SKIP needs pgtprot"))
+    assert judge.kunit(off, "strict", suite).passed
+    v = judge.kunit(con, "strict", suite)
+    assert not v.passed and "must skip itself" in v.reasons[0]
+
+
+def test_attack_run_requires_the_pgtprot_suite_only_where_it_is_on():
+    lines = ["KTAP version 1", "1..0", "# XH-DONE"]
+    run = qemu.Run(qemu.Machine(kernel=Path("k"), initrd=Path("i")), qemu.Outcome.POWERED_OFF,
+                   1.0, console.parse(lines), Path("x.log"), 0, "")
+    on = judge.attack_run(run, "pgt-batched", cpus=1)
+    assert any("KUnit pgtprot suite, pgtprot=batched: did not run" in r
+               for r in on.verdict.reasons)
+    off = judge.attack_run(run, "off", cpus=1)
+    assert not any("pgtprot suite" in r for r in off.verdict.reasons)
