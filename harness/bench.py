@@ -18,6 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from pathlib import Path
 
 from . import buildload, console, guest, modes, printer, qemu
+from .errors import HarnessError
 
 # A mode is a boot parameter of the series' kernel, except 'vanilla': the
 # same configuration built without the series.
@@ -89,6 +90,18 @@ def _workloads(mb: int, fork_mb: int) -> List[Workload]:
 
 QUICK = _workloads(8, 32)
 FULL = _workloads(64, 256)
+
+
+def select(workloads: Sequence[Workload], names: Optional[Sequence[str]]) -> List[Workload]:
+    """The workloads that report any of @names (all of them without names)."""
+    if not names:
+        return list(workloads)
+    known = {r for w in workloads for r in w.reports}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise HarnessError(f"unknown workload {unknown[0]!r}",
+                           f"use any of: {', '.join(sorted(known))}")
+    return [w for w in workloads if set(w.reports) & set(names)]
 
 # vCPU counts of the default run: the seed's scaling curve, cut at the host's
 # cores. More vCPUs than host cores measure the host's scheduler, not the

@@ -245,9 +245,11 @@ def series_commit() -> str:
 
 def run_bench(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: bool,
               outdir: Path, command: str, vanilla: Optional[Path] = None,
-              tcg_threads: str = "multi", kernel: Optional[Path] = None) -> bench.BenchData:
+              tcg_threads: str = "multi", kernel: Optional[Path] = None,
+              workloads: Optional[Sequence[str]] = None) -> bench.BenchData:
     req = bench.BenchRequest(modes=modes, cpus=cpus, rounds=rounds,
-                             workloads=bench.QUICK if quick else bench.FULL,
+                             workloads=bench.select(bench.QUICK if quick else bench.FULL,
+                                                    workloads),
                              build_files=QUICK_BUILD_FILES if quick else buildload.DEFAULT_FILES,
                              vanilla_kernel=vanilla, tcg_threads=tcg_threads)
     data = bench.run(req, meta={"command": command, "series_commit": series_commit(),
@@ -263,6 +265,8 @@ def _bench_command(args: argparse.Namespace) -> str:
              "--rounds", str(args.rounds)]
     if args.quick:
         parts.append("--quick")
+    if getattr(args, "workloads", None):
+        parts += ["--workloads", *args.workloads]
     if getattr(args, "kernel", None):
         parts += ["--kernel", args.kernel]
     return " ".join(parts)
@@ -288,7 +292,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.cpus = bench.default_cpus()
     if args.from_logs:
         req = bench.BenchRequest(modes=BENCH_MODES, cpus=args.cpus, rounds=args.rounds,
-                                 workloads=bench.QUICK if args.quick else bench.FULL)
+                                 workloads=bench.select(
+                                     bench.QUICK if args.quick else bench.FULL,
+                                     args.workloads))
         logs = [Path(p) for p in args.from_logs]
         missing = [str(p) for p in logs if not p.exists()]
         if missing:
@@ -319,7 +325,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     vanilla = ensure_vanilla(args) if bench.VANILLA in args.modes else None
     outdir = Path(args.out) if args.out else LAYOUT.out / "bench"
     data = run_bench(args.modes, args.cpus, args.rounds, args.quick, outdir,
-                     _bench_command(args), vanilla, kernel=kernel)
+                     _bench_command(args), vanilla, kernel=kernel, workloads=args.workloads)
     return 1 if data.failures else 0
 
 
@@ -528,6 +534,9 @@ def parser() -> argparse.ArgumentParser:
                     "run when asked, marked oversubscribed and not judged)")
     sp.add_argument("--rounds", type=positive, default=3)
     sp.add_argument("--quick", action="store_true", help="small sizes")
+    sp.add_argument("--workloads", nargs="+", metavar="NAME",
+                    help="only the workloads that report these (e.g. build_sys fork "
+                    "munmap_pte); default: all")
     sp.add_argument("--out", help="output directory (default out/bench)")
     sp.add_argument("--jobs", type=positive, default=None)
     sp.add_argument("--kernel", metavar="BZIMAGE",

@@ -309,3 +309,13 @@ def test_strict_targets_met_and_missed_from_the_figures():
     assert _row(bad, "| strict: flush IPIs per 1000 user pages").endswith("| 40.0 | MISSED |")
     assert _row(bad, "| strict: build system time, 1 vCPUs").endswith(
         "| strict 1.20x, batch 1.10x | MISSED |")
+
+
+def test_workloads_can_be_selected_by_what_they_report():
+    sel = bench.select(bench.FULL, ["fork", "munmap_pte_thp"])
+    assert [w.step for w in sel] == ["sh:xbench:fork:256", "sh:xbench:munmap_pte_thp:256"]
+    assert bench.select(bench.QUICK, None) == list(bench.QUICK)
+    # mmap reports mmap and munmap: asking for munmap runs it
+    assert [w.step for w in bench.select(bench.QUICK, ["munmap"])] == ["sh:xbench:mmap:8"]
+    with pytest.raises(HarnessError):
+        bench.select(bench.FULL, ["forks"])
