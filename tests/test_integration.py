@@ -208,12 +208,13 @@ def test_stress_smp4(kernel, run_mode):
     if pgt == "off":
         assert c.get("pgtprot_writes", 0) == 0, c
     else:
-        # page tables were written through windows, fork's and munmap's in
-        # batched sections of more than one store each
+        # page tables were written through windows, fork's and exit's
+        # included; batched sections take more than one store per window
         assert c["pgtprot_writes"] > 0 and c["pgtprot_protect"] > 0, c
         assert c["pgtprot_windows_fork"] > 0 and c["pgtprot_windows_exit"] > 0, c
-        assert c["pgtprot_writes"] > sum(v for k, v in c.items()
-                                         if k.startswith("pgtprot_windows_")), c
+        windows = sum(v for k, v in c.items() if k.startswith("pgtprot_windows_"))
+        if pgt == "batched":
+            assert c["pgtprot_writes"] > 1.2 * windows, c
     # the direct map agrees with every frame's owner after the load and after
     # memory blocks went offline and online again (judged in res["status"])
     assert set(res["audits"]) == {"stress", "hotplug"}, res["audits"]
