@@ -95,6 +95,19 @@ def _step(con: Console, name: str) -> Optional[Step]:
     return con.steps.get(name)
 
 
+def _stopped(incidents: list, pattern: str, what: str, test: str, run_mode: str) -> Verdict:
+    """The protected side: an oops that matches @pattern, and nothing else."""
+    ours = [i for i in incidents if i.mentions(pattern)]
+    other = [i for i in incidents if not i.mentions(pattern)]
+    if not ours:
+        why = f"{incidents[0].kind}: {incidents[0].first_line}" if incidents else "no oops"
+        return Verdict(test, run_mode, False, f"expected {what} oops, got {why}")
+    if other:
+        return Verdict(test, run_mode, False,
+                       f"another {other[0].kind} too: {other[0].first_line}")
+    return Verdict(test, run_mode, True, f"stopped: {what.split()[-1]} oops, guest went on")
+
+
 def judge_read(con: Console, step_name: str, test: str, run_mode: str,
                cleared_stops: bool = False) -> Verdict:
     """Judge one physmap read (lkdtm test or ret2dir demo) in one mode:
@@ -136,15 +149,7 @@ def judge_read(con: Console, step_name: str, test: str, run_mode: str,
                                              f"back (read {read[-1]})")
         if read:
             return Verdict(test, run_mode, False, f"NOT STOPPED: read {read[-1]} through the alias")
-        xpfo = [i for i in incidents if i.mentions(XPFO_OOPS)]
-        other = [i for i in incidents if not i.mentions(XPFO_OOPS)]
-        if not xpfo:
-            why = f"{incidents[0].kind}: {incidents[0].first_line}" if incidents else "no oops"
-            return Verdict(test, run_mode, False, f"expected an XPFO oops, got {why}")
-        if other:
-            return Verdict(test, run_mode, False,
-                           f"another {other[0].kind} too: {other[0].first_line}")
-        return Verdict(test, run_mode, True, "stopped: XPFO oops, guest went on")
+        return _stopped(incidents, XPFO_OOPS, "an XPFO", test, run_mode)
     return Verdict(test, run_mode, False, f"no expectation defined for mode {mode}")
 
 
@@ -187,14 +192,7 @@ def judge_pgt(con: Console, step_name: str, test: str, run_mode: str) -> Verdict
             f"the user wrote {value} to its read-only page" if value else "the store landed"))
     if landed:
         return Verdict(test, run_mode, False, f"NOT STOPPED: {landed[-1].group(2)}")
-    pgt_oops = [i for i in incidents if i.mentions(PGTPROT_OOPS)]
-    other = [i for i in incidents if not i.mentions(PGTPROT_OOPS)]
-    if not pgt_oops:
-        why = f"{incidents[0].kind}: {incidents[0].first_line}" if incidents else "no oops"
-        return Verdict(test, run_mode, False, f"expected a pgtprot oops, got {why}")
-    if other:
-        return Verdict(test, run_mode, False, f"another {other[0].kind} too: {other[0].first_line}")
-    return Verdict(test, run_mode, True, "stopped: pgtprot oops, guest went on")
+    return _stopped(incidents, PGTPROT_OOPS, "a pgtprot", test, run_mode)
 
 
 def lkdtm_steps(cpus: int) -> List[str]:
