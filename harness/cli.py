@@ -528,7 +528,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--modes", nargs="+", choices=BENCH_MODES + modes.PGT_RUN_MODES,
                     default=list(BENCH_MODES),
                     help="'vanilla' is the same configuration built without the series; "
-                    "pgt-eager, pgt-batched and strict+pgt-batched add pgtprot=")
+                    "the pgt- modes add pgtprot= (pgt-batched-wp: CR0.WP clear for a whole "
+                    "lazy-MMU section, to compare with pgt-batched)")
     sp.add_argument("--cpus", nargs="+", type=positive, default=None,
                     help="vCPU counts (default: 1 2 4 8 up to the host's cores; more are "
                     "run when asked, marked oversubscribed and not judged)")

@@ -126,10 +126,11 @@ KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batch",),
                    "xpfo_test_freed_thp_cleared": ("sync", "deferred")}
 # The pgtprot suite, judged the same way on the pgtprot part of the mode.
 PGT_KUNIT_SUITE = "pgtprot"
-PGT_KUNIT_MODE_ONLY = {"pgtprot_test_section_window": ("batched",),
-                       "pgtprot_test_irq_in_section": ("batched",),
-                       "pgtprot_test_section_pins_cpu": ("batched",),
-                       "pgtprot_test_slots_overflow": ("batched",)}
+_PGT_SECTIONS = ("batched", "batched-wp")
+PGT_KUNIT_MODE_ONLY = {"pgtprot_test_section_window": _PGT_SECTIONS,
+                       "pgtprot_test_irq_in_section": _PGT_SECTIONS,
+                       "pgtprot_test_section_pins_cpu": _PGT_SECTIONS,
+                       "pgtprot_test_slots_overflow": _PGT_SECTIONS}
 
 
 def kunit_counts(con: Console, suite: str = KUNIT_SUITE) -> Dict[str, int]:

@@ -25,6 +25,7 @@ def test_mode_names():
     assert modes.params("sync") == ["xpfo=sync"]
     assert modes.params("strict+pgt-batched") == ["xpfo=strict", "pgtprot=batched"]
     assert modes.label("pgt-batched") == "xpfo=off pgtprot=batched"
+    assert modes.params("pgt-batched-wp") == ["xpfo=off", "pgtprot=batched-wp"]
     assert modes.label("vanilla") == "vanilla"
     for bad in ("pgt-off", "pgt-bogus", "strict+sync", "nope", "strict+pgt-eager+pgt-batched"):
         with pytest.raises(HarnessError):
@@ -93,6 +94,7 @@ def test_pgtprot_kunit_rules():
     # the batched-only case must run with pgtprot=batched, XPFO or not
     assert not judge.kunit(con, "pgt-batched", suite).passed
     assert not judge.kunit(con, "strict+pgt-batched", suite).passed
+    assert not judge.kunit(con, "pgt-batched-wp", suite).passed
     # with pgtprot off every case skips itself, whatever XPFO does
     off = console.parse(_ktap("ok 1 a # SKIP needs pgtprot", "ok 2 b # SKIP needs pgtprot"))
     assert judge.kunit(off, "strict", suite).passed
