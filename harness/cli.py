@@ -291,7 +291,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not args.cpus:
         args.cpus = bench.default_cpus()
     if args.from_logs:
-        req = bench.BenchRequest(modes=BENCH_MODES, cpus=args.cpus, rounds=args.rounds,
+        # every mode the logs hold, pgtprot's included
+        req = bench.BenchRequest(modes=tuple(BENCH_MODES) + modes.PGT_RUN_MODES,
+                                 cpus=args.cpus, rounds=args.rounds,
                                  workloads=bench.select(
                                      bench.QUICK if args.quick else bench.FULL,
                                      args.workloads))

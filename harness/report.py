@@ -21,7 +21,9 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             # pgtprot: write windows opened, page-table pages opened in them
             # (summed over what they were for), entry stores through them
             ("pgtprot_windows", "pgt windows"), ("pgtprot_pages", "pgt pages opened"),
-            ("pgtprot_writes", "pgt stores"), ("pgtprot_protect", "pgt tables protected")]
+            ("pgtprot_writes", "pgt stores"), ("pgtprot_protect", "pgt tables protected"),
+            # page tables handed out from pgtprot's pool: no protect, no flush
+            ("pgtprot_pool_reuse", "pgt tables from pool")]
 
 
 def counter(s: dict, key: str) -> int:
@@ -40,12 +42,15 @@ def user_pages(s: dict) -> int:
     allocated, else the user pages the kernel handed out during it
     (xpfo_user_pages, counted in every protected mode). Logs from kernels
     without that counter fall back to the frames unmapped, which batch
-    mode's reuse of unmapped frames makes too small."""
+    mode's reuse of unmapped frames makes too small. With XPFO off (the
+    pgtprot-only modes) nothing counts user pages: the page faults stand in."""
     c = s["counters"]
     if s["user_pages"]:
         return s["user_pages"]
-    if "xpfo_user_pages" in c:
+    if c.get("xpfo_user_pages"):
         return c["xpfo_user_pages"]
+    if "xpfo_user_pages" in c:
+        return c.get("pgfault", 0)
     return c.get("xpfo_unmap", 0) + c.get("xpfo_skip_atomic", 0)
 
 
@@ -193,7 +198,8 @@ def tables(data) -> str:
             out.append(f"| {w} | {unit} | " + " | ".join(cells) + " |")
         out.append("")
         out.append("Kernel events per 1000 user pages (pages the workload touched; for the "
-                   "build, the user frames the kernel counted), median over rounds:\n")
+                   "build, the user frames the kernel counted, or with XPFO off the page "
+                   "faults), median over rounds:\n")
         out.append("| workload | mode | " + " | ".join(n for _, n in COUNTERS) + " |")
         out.append("|---|---|" + "---|" * len(COUNTERS))
         for w in workloads:

@@ -132,6 +132,9 @@ def test_event_counts_are_normalised_by_user_pages_handed_out():
     # logs of kernels without the counter
     old = {"user_pages": 0, "counters": {"xpfo_unmap": 100, "xpfo_skip_atomic": 2}}
     assert report.user_pages(old) == 102
+    # XPFO off (pgtprot alone): no user page is counted, the faults stand in
+    pgt = {"user_pages": 0, "counters": {"xpfo_user_pages": 0, "pgfault": 5000}}
+    assert report.user_pages(pgt) == 5000
 
 
 def test_crash_at_boot_names_the_report_in_every_cell():
