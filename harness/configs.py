@@ -26,10 +26,12 @@ class ShippedConfig:
 
 
 CONFIGS = (
-    ShippedConfig("maxsmp", "defconfig + MAXSMP (NR_CPUS=8192), XPFO built in",
-                  ("CONFIG_XPFO=y", "CONFIG_MAXSMP=y"), ("bzImage",)),
-    ShippedConfig("modules", "defconfig + modules, LKDTM=m and the ret2dir demo =m",
-                  ("CONFIG_XPFO=y", "CONFIG_MODULES=y", "CONFIG_DEBUG_KERNEL=y",
+    ShippedConfig("maxsmp", "defconfig + MAXSMP (NR_CPUS=8192), XPFO and pgtprot built in",
+                  ("CONFIG_XPFO=y", "CONFIG_PGTPROT=y", "CONFIG_MAXSMP=y"), ("bzImage",)),
+    # lkdtm as a module: modpost checks that what its tests call is exported
+    ShippedConfig("modules", "defconfig + modules, pgtprot, LKDTM=m and the ret2dir demo =m",
+                  ("CONFIG_XPFO=y", "CONFIG_PGTPROT=y", "CONFIG_MODULES=y",
+                   "CONFIG_DEBUG_KERNEL=y",
                    "CONFIG_DEBUG_FS=y", "CONFIG_LKDTM=m", "CONFIG_TEST_XPFO_RET2DIR=m",
                    "CONFIG_HIBERNATION=y", "CONFIG_MEMORY_FAILURE=y", "CONFIG_SECRETMEM=y"),
                   ("bzImage", "modules")),

@@ -12,6 +12,9 @@ from harness.errors import HarnessError
 def test_configs_cover_maxsmp_and_modules():
     names = {c.name: c for c in configs.CONFIGS}
     assert "CONFIG_MAXSMP=y" in names["maxsmp"].options
+    # the whole series, pgtprot included, at NR_CPUS=8192 and as modules
+    assert "CONFIG_PGTPROT=y" in names["maxsmp"].options
+    assert "CONFIG_PGTPROT=y" in names["modules"].options
     mods = names["modules"]
     assert {"CONFIG_MODULES=y", "CONFIG_LKDTM=m", "CONFIG_TEST_XPFO_RET2DIR=m"} <= set(mods.options)
     assert "modules" in mods.targets
