@@ -1,5 +1,6 @@
 """Benchmark reports: Markdown tables and PNG plots, from BenchData only."""
 
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -35,6 +36,14 @@ def counter(s: dict, key: str) -> int:
     if key in ("pgtprot_windows", "pgtprot_pages"):
         return sum(v for k, v in c.items() if k.startswith(key + "_"))
     return c.get(key, 0)
+
+
+def forks(s: dict) -> float:
+    """How many forks a fork workload's sample timed (value is us/fork over
+    `seconds`); 0 for any other unit."""
+    if s.get("unit") != "us/fork" or not s.get("value") or not s.get("seconds"):
+        return 0.0
+    return s["seconds"] * 1e6 / s["value"]
 
 
 def user_pages(s: dict) -> int:
@@ -215,6 +224,24 @@ def tables(data) -> str:
                     row.append(_fmt(sm.median) if sm else "-")
                 out.append(f"| {w} | {m} | " + " | ".join(row) + " |")
         out.append("")
+        rows = []
+        for w in workloads:
+            for m in modes:
+                samples = list((idx.get((w, cpus, m)) or {}).values())
+                per = [(counter(x, "pgtprot_windows") / forks(x),
+                        counter(x, "pgtprot_protect") / forks(x))
+                       for x in samples if forks(x) and counter(x, "pgtprot_windows")]
+                if per:
+                    wm = statistics.median(p[0] for p in per)
+                    pm = statistics.median(p[1] for p in per)
+                    rows.append(f"| {w} | {m} | {_fmt(wm)} | {_fmt(pm)} |")
+        if rows:
+            out.append("pgtprot per fork (the fork and its child's exit), median over "
+                       "rounds:\n")
+            out.append("| workload | mode | write windows | page tables made read-only |")
+            out.append("|---|---|---|---|")
+            out += rows
+            out.append("")
     if getattr(data, "windows", None):
         out.append("### Deferred-flush window\n")
         out.append("Per flush a CPU took for another CPU's request: time from the oldest "

@@ -146,3 +146,10 @@ def test_crash_at_boot_names_the_report_in_every_cell():
     assert data.samples == [] and len(data.failures) == 3
     assert all(f["reason"].startswith("oops outside any step: Oops: int3")
                for f in data.failures)
+
+
+def test_forks_timed_by_a_fork_sample():
+    # 40 forks of 50 ms each in 2 s; any other unit times no fork
+    assert report.forks({"unit": "us/fork", "value": 50000.0, "seconds": 2.0}) == 40
+    assert report.forks({"unit": "ms/munmap", "value": 70.0, "seconds": 2.0}) == 0
+    assert report.forks({"unit": "us/fork", "value": 0, "seconds": 2.0}) == 0
