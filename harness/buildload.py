@@ -9,6 +9,7 @@ The guest runs `make -jN` on it in a chroot; the same image serves every
 mode and round, so every run compiles the same files the same way.
 """
 
+import fcntl
 import hashlib
 import os
 import re
@@ -75,12 +76,23 @@ def commands(layout: Layout, nfiles: int) -> List[str]:
 
 
 def image(layout: Layout = LAYOUT, nfiles: int = DEFAULT_FILES) -> Path:
+    """The build workload's disk image, made once per set of objects. Two
+    harness runs at once (two benchmarks side by side) make it one after
+    the other: the second waits on the lock and finds it made."""
     rules = commands(layout, nfiles)
     key = hashlib.sha256(("".join(rules) + LABEL + IMAGE_VERSION).encode()).hexdigest()[:16]
     img = layout.guest_build / f"buildload-{nfiles}.img"
     stamp = img.with_suffix(".id")
-    if img.exists() and stamp.exists() and stamp.read_text().strip() == key:
-        return img
+    layout.guest_build.mkdir(parents=True, exist_ok=True)
+    with open(layout.guest_build / "buildload.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if img.exists() and stamp.exists() and stamp.read_text().strip() == key:
+            return img
+        return _make_image(layout, nfiles, rules, img, stamp, key)
+
+
+def _make_image(layout: Layout, nfiles: int, rules: List[str], img: Path, stamp: Path,
+                key: str) -> Path:
     img.unlink(missing_ok=True)
     stamp.unlink(missing_ok=True)
     stage = layout.guest_build / "buildload.stage"

@@ -119,6 +119,7 @@ def bench_boot(run: qemu.Run) -> Verdict:
 KUNIT_SUITE = "xpfo"
 KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batch",),
                    "xpfo_test_strict_free_to_tail": ("strict",),
+                   "xpfo_test_never_user": ("batch", "strict"),
                    "xpfo_test_strict_hot_reuse": ("strict",),
                    "xpfo_test_remote_migrate": ("sync", "strict"),
                    "xpfo_test_remote_bulk": ("sync", "strict"),

@@ -14,8 +14,10 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             ("xpfo_batch_kept", "freed unmapped"), ("xpfo_kmap", "kmaps"),
             # INVLPGs and full flushes this CPU did for itself (DEBUG_TLBFLUSH)
             ("tlb_local", "local TLB flushes"),
-            # what clearing freed user frames before their alias is back costs
-            ("xpfo_clear", "cleared before remap"), ("xpfo_atomic", "atomic allocs"),
+            # what clearing freed user frames before their alias is back costs;
+            # a kept frame that never held user data is mapped back uncleared
+            ("xpfo_clear", "cleared before remap"), ("xpfo_remap", "mapped back"),
+            ("xpfo_atomic", "atomic allocs"),
             # the huge-page policy, visible: a 4K workload has about 1000 page
             # faults per 1000 pages, a THP one about 2 THP faults
             ("pgfault", "page faults"), ("thp_fault_alloc", "THP faults"),
