@@ -128,6 +128,9 @@ KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batch",),
 # The pgtprot suite, judged the same way on the pgtprot part of the mode.
 PGT_KUNIT_SUITE = "pgtprot"
 _PGT_SECTIONS = ("batched", "batched-wp")
+# xpfo cases that need pgtprot's sections as well: they must run where the
+# mode's pgtprot part is one of these (and its XPFO part protects)
+KUNIT_PGT_ONLY = {"xpfo_test_slots_one_window": _PGT_SECTIONS}
 PGT_KUNIT_MODE_ONLY = {"pgtprot_test_section_window": _PGT_SECTIONS,
                        "pgtprot_test_irq_in_section": _PGT_SECTIONS,
                        "pgtprot_test_section_pins_cpu": _PGT_SECTIONS,
@@ -161,8 +164,10 @@ def kunit(con: Console, run_mode: str, suite: str = KUNIT_SUITE) -> Verdict:
         bad += [f"{name}: {c.name} passed, but with the protection off it must skip itself"
                 for c in cases if c.status == "pass"]
     else:
+        part = modes.pgt(run_mode)
         bad += [f"{name}: {c.name} skipped" for c in cases if c.status == "skip"
-                and mode in only.get(c.name, (mode,))]
+                and mode in only.get(c.name, (mode,))
+                and (pgt or part in KUNIT_PGT_ONLY.get(c.name, (part,)))]
         if not any(c.status == "pass" for c in cases):
             bad.append(f"{name}: no case passed")
     return _failure(bad)

@@ -86,6 +86,18 @@ def test_kunit_in_a_protecting_mode():
     assert not judge.kunit(console.parse(_ktap("ok 1 a # SKIP off")), "sync").passed
 
 
+def test_kunit_case_that_needs_pgtprot_sections_too():
+    skipped = console.parse(_ktap("ok 1 a", "ok 2 xpfo_test_slots_one_window # SKIP needs pgtprot"))
+    # XPFO on, pgtprot off or eager: the case may skip
+    assert judge.kunit(skipped, "strict").passed
+    assert judge.kunit(skipped, "sync").passed
+    # XPFO on and pgtprot batched: it must run
+    v = judge.kunit(skipped, "strict+pgt-batched")
+    assert not v.passed and "xpfo_test_slots_one_window skipped" in v.reasons[0]
+    assert judge.kunit(console.parse(_ktap("ok 1 a", "ok 2 xpfo_test_slots_one_window")),
+                       "strict+pgt-batched").passed
+
+
 def test_kunit_must_skip_itself_when_off():
     assert judge.kunit(console.parse(_ktap("ok 1 a # SKIP off", "ok 2 b # SKIP off")),
                        "off").passed
