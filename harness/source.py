@@ -1,6 +1,7 @@
 """The kernel source: Debian's linux-source base plus the series, as a git tree."""
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -77,9 +78,20 @@ def series_id(base: Base, patches: List[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def _git(src: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+# The base commit's dates are fixed, so that its hash, the "base-commit:"
+# line of every exported patch, is the same on every machine.
+BASE_DATE = "2026-01-01T00:00:00+0000"
+# What build/src's own git uses for the commits a developer adds there: the
+# series' identity, and index lines as the exported patches have them.
+TREE_CONFIG = (("user.name", "xpfo-dev"), ("user.email", "xpfo-dev@localhost"),
+               ("core.abbrev", "7"))
+
+
+def _git(src: Path, *args: str, check: bool = True,
+         env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *GIT_ID, *args], cwd=src, capture_output=True,
-                          text=True, check=check)
+                          text=True, check=check,
+                          env={**os.environ, **env} if env else None)
 
 
 _HUNK = re.compile(r"^(error: patch failed: .*|error: .*: patch does not apply|"
@@ -104,11 +116,13 @@ def _extract_base(base: Base, src: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         raise HarnessError(f"could not extract {base.tarball}", "check free disk space (df -h)")
     printer.info("source", "committing the base to git (about a minute)")
-    for args in (["init", "-q", "-b", "master"], ["add", "-A", "-f"],
-                 ["commit", "-q", "-m", f"{base.package} {base.version}"],
-                 ["tag", BASE_TAG]):
+    dates = {"GIT_AUTHOR_DATE": BASE_DATE, "GIT_COMMITTER_DATE": BASE_DATE}
+    steps = [["init", "-q", "-b", "master"]] + [["config", k, v] for k, v in TREE_CONFIG] + \
+        [["add", "-A", "-f"], ["commit", "-q", "-m", f"{base.package} {base.version}"],
+         ["tag", BASE_TAG]]
+    for args in steps:
         # Debian's top-level .gitignore ignores everything ("/*"): force-add
-        r = _git(tmp, *args, check=False)
+        r = _git(tmp, *args, check=False, env=dates)
         if r.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise HarnessError(f"git {' '.join(args)} failed in the base tree: {r.stderr.strip()}",

@@ -130,3 +130,23 @@ def test_local_commits_and_edits_are_not_dropped(layout: Layout, tmp_path: Path)
     src = source.prepare(layout, force=True)
     assert "line five" in f.read_text() and "uncommitted" not in f.read_text()
     assert _git(src, "log", "--format=%s").splitlines()[:2] == ["mm: second", "mm: first"]
+
+
+def test_base_commit_is_the_same_everywhere_and_new_commits_are_the_series(tmp_path: Path):
+    tarball = _make_base(tmp_path)
+    heads = []
+    for name in ("a", "b"):
+        root = tmp_path / name
+        (root / "kernel" / "patches").mkdir(parents=True)
+        (root / "kernel" / "BASE").write_text(
+            f"package=linux-source-test\nversion=1.0\ntarball={tarball}\n")
+        src = source.prepare(Layout(root=root))
+        heads.append(_git(src, "rev-parse", source.BASE_TAG).strip())
+    # the "base-commit:" line of an export does not depend on the machine
+    assert heads[0] == heads[1]
+    f = src / "Makefile"
+    f.write_text("VERSION = 7\n")
+    subprocess.run(["git", "commit", "-qam", "bump"], cwd=src, check=True,
+                   capture_output=True)
+    assert _git(src, "log", "-1", "--format=%an <%ae>").strip() == "xpfo-dev <xpfo-dev@localhost>"
+    assert _git(src, "config", "core.abbrev").strip() == "7"
