@@ -203,8 +203,15 @@ def test_stress_smp4(kernel, run_mode):
         # user allocations in atomic context fail closed but leave a remote
         # window even in sync mode: the stress load must not make any
         assert c.get("xpfo_atomic", 0) == 0, c
-        # every frame that went back to the direct map was cleared first
-        assert c.get("xpfo_clear", 0) >= c["xpfo_remap"], c
+        if mode in ("sync", "deferred"):
+            # every frame that went back to the direct map was cleared first
+            assert c.get("xpfo_clear", 0) >= c["xpfo_remap"], c
+        else:
+            # batch and strict map back without a clear the kernel frames a
+            # list refill unmapped, which never held user data (patch 51;
+            # KUnit xpfo_test_never_user shows a user's frame is cleared):
+            # some clears, and no more of them than frames mapped back
+            assert 0 < c.get("xpfo_clear", 0) <= c["xpfo_remap"], c
     if pgt == "off":
         assert c.get("pgtprot_writes", 0) == 0, c
     else:
