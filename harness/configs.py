@@ -26,6 +26,10 @@ class ShippedConfig:
 
 
 CONFIGS = (
+    # what a distribution that does not want the feature builds: every hook
+    # the series adds must compile to nothing (session 12 found it did not)
+    ShippedConfig("off", "defconfig with XPFO, and so pgtprot, not set",
+                  ("# CONFIG_XPFO is not set", "# CONFIG_PGTPROT is not set"), ("bzImage",)),
     ShippedConfig("maxsmp", "defconfig + MAXSMP (NR_CPUS=8192), XPFO and pgtprot built in",
                   ("CONFIG_XPFO=y", "CONFIG_PGTPROT=y", "CONFIG_MAXSMP=y"), ("bzImage",)),
     # lkdtm as a module: modpost checks that what its tests call is exported

@@ -18,6 +18,9 @@ def test_configs_cover_maxsmp_and_modules():
     mods = names["modules"]
     assert {"CONFIG_MODULES=y", "CONFIG_LKDTM=m", "CONFIG_TEST_XPFO_RET2DIR=m"} <= set(mods.options)
     assert "modules" in mods.targets
+    # and with the series configured out
+    assert {"CONFIG_XPFO", "CONFIG_PGTPROT"} == {
+        o.split()[1] for o in names["off"].options if o.endswith("is not set")}
     assert [c.name for c in configs.by_name(None)] == [c.name for c in configs.CONFIGS]
     assert [c.name for c in configs.by_name(["modules"])] == ["modules"]
 

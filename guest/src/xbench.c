@@ -645,6 +645,86 @@ static void meta_bench(size_t kfiles)
 	report("meta", 3.0 * rounds * n / t, "ops/s", "higher", t, 0, "none", NULL, &d);
 }
 
+static long hugepages_get(void)
+{
+	FILE *f = fopen("/proc/sys/vm/nr_hugepages", "r");
+	long n = -1;
+
+	if (!f || fscanf(f, "%ld", &n) != 1)
+		die("/proc/sys/vm/nr_hugepages");
+	fclose(f);
+	return n;
+}
+
+static void hugepages_set(long n)
+{
+	FILE *f = fopen("/proc/sys/vm/nr_hugepages", "w");
+
+	if (!f || fprintf(f, "%ld\n", n) < 0 || fclose(f))
+		die("/proc/sys/vm/nr_hugepages");
+}
+
+/*
+ * Copy on write of 2 MiB hugetlb pages: MB of them (reserved here, given
+ * back after) written by the parent, then a forked child writes one byte
+ * of each, so that each write copies a whole page (hugetlb_wp(),
+ * copy_user_large_folio()), and checks the copy.
+ */
+static void hugetlb_cow(size_t mb)
+{
+	size_t len = (mb << 20) & ~(HPAGE - 1), n = len / HPAGE;
+	long before = hugepages_get();
+	struct vm a, b, d;
+	int status;
+	char *p;
+	double t;
+	pid_t pid;
+
+	if (!n) {
+		fprintf(stderr, "xbench: hugetlb_cow needs at least 2 MB\n");
+		exit(2);
+	}
+	hugepages_set(before + 2 * (long)n);
+	if (hugepages_get() < before + 2 * (long)n) {
+		hugepages_set(before);
+		fprintf(stderr, "xbench: could not reserve %zu hugetlb pages\n", 2 * n);
+		exit(1);
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+	if (p == MAP_FAILED)
+		die("mmap(MAP_HUGETLB)");
+	memset(p, 0x5a, len);
+	vm_snap(&a);
+	t = now();
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		size_t bad = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			p[i * HPAGE] = 1;
+			bad += p[i * HPAGE + HPAGE - 1] != 0x5a;
+		}
+		_exit(bad ? 1 : 0);
+	}
+	if (waitpid(pid, &status, 0) != pid)
+		die("waitpid");
+	t = now() - t;
+	vm_snap(&b);
+	vm_delta(&d, &b, &a);
+	if (munmap(p, len))
+		die("munmap");
+	hugepages_set(before);
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "xbench: a hugetlb copy on write lost the parent's bytes\n");
+		exit(1);
+	}
+	report("hugetlb_cow", t / n * 1e6, "us/copy", "lower", t, n * (HPAGE / PAGE),
+	       "hugetlb 2 MiB", NULL, &d);
+}
+
 static double tv(struct timeval t)
 {
 	return t.tv_sec + t.tv_usec / 1e6;
@@ -745,9 +825,12 @@ int main(int argc, char **argv)
 		pread1_bench();
 	else if (!strcmp(w, "meta"))
 		meta_bench(mb);
+	else if (!strcmp(w, "hugetlb_cow"))
+		hugetlb_cow(mb);
 	else {
 		fprintf(stderr, "usage: xbench build JOBS | page_fault|page_fault_thp|page_fault_shared|fork|fork_thp|"
-			"fork_pte_thp|munmap_pte|munmap_pte_thp|mmap|file|disk_read|exec|lseek|pread1 [MB] [PROCS] | meta [THOUSANDS]\n");
+			"fork_pte_thp|munmap_pte|munmap_pte_thp|mmap|file|disk_read|exec|lseek|pread1|\n"
+			"hugetlb_cow [MB] [PROCS] | meta [THOUSANDS]\n");
 		return 2;
 	}
 	return 0;
