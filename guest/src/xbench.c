@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -416,10 +417,10 @@ static void mmap_bench(size_t mb)
 }
 
 /* write a tmpfs file (tmpfs mounted without huge=: 4K page cache), read it warm */
-static void file_bench(size_t mb)
+static void file_bench_at(size_t mb, const char *path, const char *wname,
+			  const char *rname, const char *huge)
 {
 	static char buf[1 << 16];
-	const char *path = "/tmp/xbench.dat";
 	size_t len = mb << 20;
 	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	struct vm a, b, d;
@@ -436,7 +437,7 @@ static void file_bench(size_t mb)
 	t = now() - t;
 	vm_snap(&b);
 	vm_delta(&d, &b, &a);
-	report("write", mb / t, "MB/s", "higher", t, len / PAGE, "none", NULL, &d);
+	report(wname, mb / t, "MB/s", "higher", t, len / PAGE, huge, NULL, &d);
 	vm_snap(&a);
 	t = now();
 	for (int r = 0; r < 4; r++) {
@@ -449,9 +450,85 @@ static void file_bench(size_t mb)
 	vm_snap(&b);
 	vm_delta(&d, &b, &a);
 	/* the pages it touched: each page-cache page copied out, 4 times */
-	report("read", 4 * mb / t, "MB/s", "higher", t, 4 * (len / PAGE), "none", NULL, &d);
+	report(rname, 4 * mb / t, "MB/s", "higher", t, 4 * (len / PAGE), huge, NULL, &d);
 	close(fd);
 	unlink(path);
+}
+
+static void file_bench(size_t mb)
+{
+	file_bench_at(mb, "/tmp/xbench.dat", "write", "read", "none");
+}
+
+static long meminfo_kb(const char *field)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	long kb = -1;
+
+	if (!f)
+		die("/proc/meminfo");
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field)))
+			kb = strtol(line + strlen(field), NULL, 10);
+	fclose(f);
+	return kb;
+}
+
+/*
+ * file_bench() on a tmpfs mounted with huge=always, so that the page
+ * cache is 2 MiB folios; first one read() of the whole file into a buffer
+ * of which only the first page of each 2 MiB is mapped, so that the copy
+ * of each folio faults after its first page, and a check of what it read.
+ */
+static void file_huge_bench(size_t mb)
+{
+	const char *dir = "/tmp/xbench-huge", *path = "/tmp/xbench-huge/f";
+	size_t len = mb << 20;
+	char opts[64], *m;
+	ssize_t got;
+	int fd;
+
+	mkdir(dir, 0700);
+	snprintf(opts, sizeof(opts), "huge=always,size=%zum", 2 * mb + 4);
+	if (mount("tmpfs", dir, "tmpfs", 0, opts))
+		die("mount tmpfs huge=always");
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		die(path);
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		die("mmap");
+	for (size_t off = 0; off < len; off++)
+		m[off] = (char)(off * 7 + off / PAGE);
+	if (write(fd, m, len) != (ssize_t)len)
+		die("write");
+	if (meminfo_kb("ShmemHugePages:") < (long)(len >> 10)) {
+		fprintf(stderr, "xbench: file_huge: the file is not in huge pages\n");
+		exit(1);
+	}
+	munmap(m, len);
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		die("mmap");
+	madvise(m, len, MADV_NOHUGEPAGE);
+	/* the first page of each 2 MiB is there: the second one faults */
+	for (size_t off = 0; off < len; off += HPAGE)
+		m[off] = 0;
+	got = pread(fd, m, len, 0);
+	if (got != (ssize_t)len)
+		die("pread");
+	for (size_t off = 0; off < len; off++)
+		if (m[off] != (char)(off * 7 + off / PAGE)) {
+			fprintf(stderr, "xbench: file_huge: byte %zu read back wrong\n", off);
+			exit(1);
+		}
+	munmap(m, len);
+	close(fd);
+	unlink(path);
+	file_bench_at(mb, path, "write_huge", "read_huge", "tmpfs huge=always");
+	if (umount(dir))
+		die("umount");
 }
 
 static void drop_caches(void)
@@ -817,6 +894,8 @@ int main(int argc, char **argv)
 		mmap_bench(mb);
 	else if (!strcmp(w, "file"))
 		file_bench(mb);
+	else if (!strcmp(w, "file_huge"))
+		file_huge_bench(mb);
 	else if (!strcmp(w, "exec"))
 		exec_bench();
 	else if (!strcmp(w, "lseek"))
@@ -830,7 +909,7 @@ int main(int argc, char **argv)
 	else {
 		fprintf(stderr, "usage: xbench build JOBS | page_fault|page_fault_thp|page_fault_shared|fork|fork_thp|"
 			"fork_pte_thp|munmap_pte|munmap_pte_thp|mmap|file|disk_read|exec|lseek|pread1|\n"
-			"hugetlb_cow [MB] [PROCS] | meta [THOUSANDS]\n");
+			"hugetlb_cow|file_huge [MB] [PROCS] | meta [THOUSANDS]\n");
 		return 2;
 	}
 	return 0;
