@@ -277,19 +277,25 @@ static void page_fault_shared(size_t mb, int procs)
 /* How a workload's memory is mapped: 4K folios, THPs, THPs mapped by PTEs. */
 enum maptype { MT_4K, MT_THP, MT_THP_PTE };
 
-static long smaps_kb(const char *field)
+/* The kB of @field ("AnonHugePages:") in a /proc file such as meminfo. */
+static long proc_kb(const char *path, const char *field)
 {
-	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	FILE *f = fopen(path, "r");
 	char line[256];
 	long kb = -1;
 
 	if (!f)
-		die("smaps_rollup");
+		die(path);
 	while (fgets(line, sizeof(line), f))
 		if (!strncmp(line, field, strlen(field)))
 			kb = strtol(line + strlen(field), NULL, 10);
 	fclose(f);
 	return kb;
+}
+
+static long smaps_kb(const char *field)
+{
+	return proc_kb("/proc/self/smaps_rollup", field);
 }
 
 /*
@@ -460,21 +466,6 @@ static void file_bench(size_t mb)
 	file_bench_at(mb, "/tmp/xbench.dat", "write", "read", "none");
 }
 
-static long meminfo_kb(const char *field)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	long kb = -1;
-
-	if (!f)
-		die("/proc/meminfo");
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, strlen(field)))
-			kb = strtol(line + strlen(field), NULL, 10);
-	fclose(f);
-	return kb;
-}
-
 /*
  * file_bench() on a tmpfs mounted with huge=always, so that the page
  * cache is 2 MiB folios; first one read() of the whole file into a buffer
@@ -503,7 +494,7 @@ static void file_huge_bench(size_t mb)
 		m[off] = (char)(off * 7 + off / PAGE);
 	if (write(fd, m, len) != (ssize_t)len)
 		die("write");
-	if (meminfo_kb("ShmemHugePages:") < (long)(len >> 10)) {
+	if (proc_kb("/proc/meminfo", "ShmemHugePages:") < (long)(len >> 10)) {
 		fprintf(stderr, "xbench: file_huge: the file is not in huge pages\n");
 		exit(1);
 	}
