@@ -65,6 +65,8 @@ POLICY = {
     "exec": "no memory of its own",
     "lseek": "no memory work",
     "pread1": "one 4K tmpfs page-cache page, 1 byte per call: one kmap per call in XPFO modes",
+    "pwrite1": "one 4K tmpfs page-cache page, 1-byte pwrite() per call: one kmap per call in "
+               "XPFO modes",
 }
 
 
@@ -85,6 +87,7 @@ def _workloads(mb: int, fork_mb: int) -> List[Workload]:
         Workload("sh:xbench:exec", ("exec",)),
         Workload("sh:xbench:lseek", ("lseek",)),
         Workload("sh:xbench:pread1", ("pread1",)),
+        Workload("sh:xbench:pwrite1", ("pwrite1",)),
     ]
 
 

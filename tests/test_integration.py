@@ -249,7 +249,7 @@ def test_tiny_benchmark_end_to_end(kernel, tmp_path):
     assert v.passed, v.reasons
     cells = {(s["workload"], s["mode"]) for s in data.samples}
     for w in ("build_sys", "page_fault", "fork", "mmap", "munmap", "write", "read", "exec",
-              "lseek"):
+              "lseek", "pwrite1"):
         assert (w, "off") in cells and (w, "sync") in cells, w
     pf = {s["mode"]: s for s in data.samples if s["workload"] == "page_fault"}
     # sync unmaps (and flushes) every page the workload touched; off unmaps none

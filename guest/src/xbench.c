@@ -658,6 +658,51 @@ static void pread1_bench(void)
 }
 
 /*
+ * The write side of pread1: one-byte pwrite()s into one page of a tmpfs
+ * file. Each is a copy_page_from_iter_atomic() through a kmap_atomic()
+ * slot in XPFO modes: with pgtprot, the slot's map and unmap are the page
+ * tables this call writes.
+ */
+static void pwrite1_bench(void)
+{
+	const char *path = "/tmp/xbench-pwrite1.dat";
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	static char page[PAGE];
+	long n = 100000;
+	struct vm a, b, d;
+	double t;
+
+	if (fd < 0)
+		die(path);
+	memset(page, 0x5a, sizeof(page));
+	if (write(fd, page, sizeof(page)) != sizeof(page))
+		die("write");
+	vm_snap(&a);
+	t = now();
+	for (long i = 0; i < n; i++) {
+		char c = (char)i;
+
+		if (pwrite(fd, &c, 1, i % PAGE) != 1)
+			die("pwrite");
+	}
+	t = now() - t;
+	vm_snap(&b);
+	vm_delta(&d, &b, &a);
+	if (pread(fd, page, sizeof(page), 0) != sizeof(page))
+		die("pread");
+	/* the last pass over the page wrote byte i at offset i % PAGE */
+	for (long i = n - PAGE; i < n; i++)
+		if (page[i % PAGE] != (char)i) {
+			fprintf(stderr, "xbench: pwrite1: byte %ld of the page is not what was written\n",
+				i % PAGE);
+			exit(1);
+		}
+	report("pwrite1", n / t, "calls/s", "higher", t, n, "none", NULL, &d);
+	close(fd);
+	unlink(path);
+}
+
+/*
  * Filesystem metadata on the ext2 scratch disk: n empty-ish files created
  * in one directory, then, with the caches dropped, looked up (stat) and
  * unlinked, 3 rounds. The directory blocks, inode tables and bitmaps live
@@ -893,13 +938,15 @@ int main(int argc, char **argv)
 		lseek_bench();
 	else if (!strcmp(w, "pread1"))
 		pread1_bench();
+	else if (!strcmp(w, "pwrite1"))
+		pwrite1_bench();
 	else if (!strcmp(w, "meta"))
 		meta_bench(mb);
 	else if (!strcmp(w, "hugetlb_cow"))
 		hugetlb_cow(mb);
 	else {
 		fprintf(stderr, "usage: xbench build JOBS | page_fault|page_fault_thp|page_fault_shared|fork|fork_thp|"
-			"fork_pte_thp|munmap_pte|munmap_pte_thp|mmap|file|disk_read|exec|lseek|pread1|\n"
+			"fork_pte_thp|munmap_pte|munmap_pte_thp|mmap|file|disk_read|exec|lseek|pread1|pwrite1|\n"
 			"hugetlb_cow|file_huge [MB] [PROCS] | meta [THOUSANDS]\n");
 		return 2;
 	}
