@@ -130,7 +130,8 @@ PGT_KUNIT_SUITE = "pgtprot"
 _PGT_SECTIONS = ("batched", "batched-wp")
 # xpfo cases that need pgtprot's sections as well: they must run where the
 # mode's pgtprot part is one of these (and its XPFO part protects)
-KUNIT_PGT_ONLY = {"xpfo_test_slots_one_window": _PGT_SECTIONS}
+KUNIT_PGT_ONLY = {"xpfo_test_slots_one_window": _PGT_SECTIONS,
+                  "xpfo_test_iter_atomic_one_window": _PGT_SECTIONS}
 PGT_KUNIT_MODE_ONLY = {"pgtprot_test_section_window": _PGT_SECTIONS,
                        "pgtprot_test_irq_in_section": _PGT_SECTIONS,
                        "pgtprot_test_section_pins_cpu": _PGT_SECTIONS,
