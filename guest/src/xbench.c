@@ -622,6 +622,20 @@ static void lseek_bench(void)
 	close(fd);
 }
 
+/* A tmpfs file of one page of 0x5a at @path, open read-write. */
+static int one_page_file(const char *path)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	char page[PAGE];
+
+	if (fd < 0)
+		die(path);
+	memset(page, 0x5a, sizeof(page));
+	if (write(fd, page, sizeof(page)) != sizeof(page))
+		die("write");
+	return fd;
+}
+
 /*
  * The cost of one temporary mapping: pread() one byte of a one-page tmpfs
  * file, n times. Each call copies from the same page-cache page, which an
@@ -632,18 +646,12 @@ static void lseek_bench(void)
 static void pread1_bench(void)
 {
 	const char *path = "/tmp/xbench-pread1.dat";
-	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	static char page[PAGE];
+	int fd = one_page_file(path);
 	long n = 200000;
 	struct vm a, b, d;
 	char c;
 	double t;
 
-	if (fd < 0)
-		die(path);
-	memset(page, 0x5a, sizeof(page));
-	if (write(fd, page, sizeof(page)) != sizeof(page))
-		die("write");
 	vm_snap(&a);
 	t = now();
 	for (long i = 0; i < n; i++)
@@ -666,17 +674,12 @@ static void pread1_bench(void)
 static void pwrite1_bench(void)
 {
 	const char *path = "/tmp/xbench-pwrite1.dat";
-	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	int fd = one_page_file(path);
 	static char page[PAGE];
 	long n = 100000;
 	struct vm a, b, d;
 	double t;
 
-	if (fd < 0)
-		die(path);
-	memset(page, 0x5a, sizeof(page));
-	if (write(fd, page, sizeof(page)) != sizeof(page))
-		die("write");
 	vm_snap(&a);
 	t = now();
 	for (long i = 0; i < n; i++) {
