@@ -169,6 +169,7 @@ class BenchRequest:
     build_files: int = buildload.DEFAULT_FILES
     vanilla_kernel: Optional[Path] = None
     tcg_threads: str = "multi"      # see qemu.Machine
+    icount: bool = False            # timings are guest instruction counts
 
 
 @dataclass
@@ -325,6 +326,7 @@ def run(req: BenchRequest, meta: Dict[str, object], kernel: Optional[Path] = Non
     data = BenchData(meta={**meta, **host_meta(), "modes": list(req.modes),
                            "cpus": list(req.cpus), "rounds": req.rounds,
                            "workloads": [w.step for w in req.workloads],
+                           "icount": req.icount,
                            "policy": {n: POLICY.get(n, "") for w in req.workloads
                                       for n in w.reports}})
     over = oversubscribed(req.cpus, data.meta.get("host_cpus"))
@@ -356,6 +358,7 @@ def run(req: BenchRequest, meta: Dict[str, object], kernel: Optional[Path] = Non
                                           timeout=req.timeout, disk=True, extra_disks=disks,
                                           kernel=req.vanilla_kernel if vanilla else kernel,
                                           tcg_threads=req.tcg_threads,
+                                          icount=req.icount,
                                           label=f"bench-{mode}-{cpus}cpu-r{rnd}")
                 r, retry = boot(greq, {"mode": mode, "cpus": cpus, "round": rnd})
                 if retry:

@@ -246,8 +246,9 @@ def series_commit() -> str:
 def run_bench(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: bool,
               outdir: Path, command: str, vanilla: Optional[Path] = None,
               tcg_threads: str = "multi", kernel: Optional[Path] = None,
-              workloads: Optional[Sequence[str]] = None) -> bench.BenchData:
-    req = bench.BenchRequest(modes=modes, cpus=cpus, rounds=rounds,
+              workloads: Optional[Sequence[str]] = None,
+              icount: bool = False) -> bench.BenchData:
+    req = bench.BenchRequest(modes=modes, cpus=cpus, rounds=rounds, icount=icount,
                              workloads=bench.select(bench.QUICK if quick else bench.FULL,
                                                     workloads),
                              build_files=QUICK_BUILD_FILES if quick else buildload.DEFAULT_FILES,
@@ -269,6 +270,8 @@ def _bench_command(args: argparse.Namespace) -> str:
         parts += ["--workloads", *args.workloads]
     if getattr(args, "kernel", None):
         parts += ["--kernel", args.kernel]
+    if getattr(args, "icount", False):
+        parts.append("--icount")
     return " ".join(parts)
 
 
@@ -327,7 +330,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     vanilla = ensure_vanilla(args) if bench.VANILLA in args.modes else None
     outdir = Path(args.out) if args.out else LAYOUT.out / "bench"
     data = run_bench(args.modes, args.cpus, args.rounds, args.quick, outdir,
-                     _bench_command(args), vanilla, kernel=kernel, workloads=args.workloads)
+                     _bench_command(args), vanilla, kernel=kernel, workloads=args.workloads,
+                     icount=args.icount)
     return 1 if data.failures else 0
 
 
@@ -540,6 +544,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--workloads", nargs="+", metavar="NAME",
                     help="only the workloads that report these (e.g. build_sys fork "
                     "munmap_pte); default: all")
+    sp.add_argument("--icount", action="store_true",
+                    help="QEMU -icount shift=0,sleep=off: every timing is a count of guest "
+                         "instructions, the same at every run (one round is enough)")
     sp.add_argument("--out", help="output directory (default out/bench)")
     sp.add_argument("--jobs", type=positive, default=None)
     sp.add_argument("--kernel", metavar="BZIMAGE",

@@ -21,6 +21,7 @@ class GuestRequest:
     label: str = "run"
     kernel: Optional[Path] = None   # default: the kernel built from the series
     tcg_threads: str = "single"     # see qemu.Machine
+    icount: bool = False            # see qemu.Machine
 
 
 @dataclass
@@ -41,7 +42,7 @@ def machine(req: GuestRequest, layout: Layout = LAYOUT) -> qemu.Machine:
     return qemu.Machine(kernel=req.kernel or layout.bzimage, initrd=layout.initramfs,
                         cpus=req.cpus,
                         mem_mb=req.mem_mb, params=params, disks=disks + list(req.extra_disks),
-                        tcg_threads=req.tcg_threads)
+                        tcg_threads=req.tcg_threads, icount=req.icount)
 
 
 def run(req: GuestRequest, layout: Layout = LAYOUT, echo: bool = False) -> qemu.Run:

@@ -33,6 +33,11 @@ class Machine:
     # seen to execute a stale INT3 of the kernel's own text patching (see
     # docs/TESTING.md); tests use "single", benchmarks "multi".
     tcg_threads: str = "multi"
+    # -icount shift=0,sleep=off: the guest clock advances one nanosecond per
+    # guest instruction, so a guest's timings are counts of its instructions,
+    # the same at every run of the same binary. QEMU runs such a guest's
+    # vCPUs round-robin on one host thread.
+    icount: bool = False
 
     def cmdline(self) -> str:
         # no_timer_check: on a loaded host TCG can miss the IO-APIC timer
@@ -47,11 +52,14 @@ class Machine:
         is written to."""
         # KVM does not start guests on these machines: TCG, with every
         # feature TCG can emulate. TCG has no PCID/INVPCID.
-        args = [QEMU, "-accel", f"tcg,thread={self.tcg_threads}", "-cpu", "max",
+        threads = "single" if self.icount else self.tcg_threads
+        args = [QEMU, "-accel", f"tcg,thread={threads}", "-cpu", "max",
                 "-smp", str(self.cpus),
                 "-m", str(self.mem_mb), "-kernel", str(self.kernel),
                 "-initrd", str(self.initrd), "-append", self.cmdline(),
                 "-no-reboot", "-nodefaults", "-display", "none"]
+        if self.icount:
+            args += ["-icount", "shift=0,sleep=off"]
         if interactive:
             args += ["-serial", "mon:stdio"]
         else:

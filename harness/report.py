@@ -116,6 +116,54 @@ def ratio_summary(idx, workload: str, cpus: int, mode: str,
         better))
 
 
+ICOUNT_NOTE = (
+    "**Guest instructions, not time.** This run booted every guest with QEMU's "
+    "`-icount shift=0,sleep=off`: the guest clock advances one nanosecond per guest "
+    "instruction, so each timed figure below counts the instructions the guest ran "
+    "(`pages/s` is pages per 10^9 instructions; a build's system time is the "
+    "instructions the kernel ran for it). The counts repeat exactly from boot to boot "
+    "of the same binary and do not depend on the host. They leave out what each "
+    "instruction costs: a TLB refill, an INVLPG or a cache miss counts as one "
+    "instruction or none. With more than one vCPU, the vCPUs run in turn on one host "
+    "thread and the figure is the sum over them.\n")
+
+
+def icount_table(data) -> str:
+    """The instructions of each workload's timed part, per page the workload
+    says it touched, and the paired ratio to off (a run with --icount)."""
+    idx = _index(data.samples)
+    modes: List[str] = list(data.meta.get("modes", []))
+    workloads: List[str] = []
+    for s in data.samples:
+        if s["workload"] not in workloads:
+            workloads.append(s["workload"])
+    rows = []
+    for cpus in data.meta.get("cpus", []):
+        for w in workloads:
+            ref = idx.get((w, cpus, "off"))
+            for mode in modes:
+                cell = idx.get((w, cpus, mode))
+                instr = stats.summarize([s["seconds"] * 1e9 for s in (cell or {}).values()])
+                if not cell or not instr:
+                    continue
+                pages = [s["user_pages"] for s in cell.values() if s.get("user_pages")]
+                per_page = (f"{instr.median / statistics.median(pages):,.0f}"
+                            if pages else "-")
+                r = None
+                if ref and mode != "off":
+                    r = stats.summarize(stats.paired_ratios(
+                        {k: s["seconds"] for k, s in cell.items()},
+                        {k: s["seconds"] for k, s in ref.items()}, "lower"))
+                rows.append(f"| {w} | {cpus} | {modes_.label(mode)} | "
+                            f"{instr.median / 1e6:,.1f} | {per_page} | "
+                            + (f"{r.median:.3f}x |" if r else "- |"))
+    if not rows:
+        return ""
+    return "\n".join(["| workload | vCPUs | mode | instructions (millions, median) | "
+                      "per page touched | mode/off |", "|---|---|---|---|---|---|"]
+                     + rows) + "\n"
+
+
 def headline(data, workload: str = "build_sys") -> str:
     """The published XPFO table's shape: system time of the build, ratio to
     off, per mode and vCPU count, with flush IPIs per 1000 user pages."""
@@ -158,6 +206,8 @@ def tables(data) -> str:
             workloads.append(s["workload"])
     failed = {(f["workload"], f["cpus"], f["mode"]): f["reason"] for f in failures}
     out: List[str] = []
+    if meta.get("icount"):
+        out += [ICOUNT_NOTE, "### Guest instructions per workload\n", icount_table(data)]
     head = headline(data)
     if head:
         out += ["### Headline: system time of a parallel build\n", head]

@@ -153,3 +153,32 @@ def test_forks_timed_by_a_fork_sample():
     assert report.forks({"unit": "us/fork", "value": 50000.0, "seconds": 2.0}) == 40
     assert report.forks({"unit": "ms/munmap", "value": 70.0, "seconds": 2.0}) == 0
     assert report.forks({"unit": "us/fork", "value": 0, "seconds": 2.0}) == 0
+
+
+def test_icount_report_counts_instructions_per_page():
+    # with --icount, "seconds" is guest instructions / 1e9: mmap ran 1e9
+    # instructions in off and 1.25e9 in sync over 2048 pages
+    data = bench.BenchData(meta={"modes": ["off", "sync"], "cpus": [1], "icount": True})
+    bench.collect(_run(GOOD), REQ, "off", 1, 0, data)
+    sync = [x.replace('"value": 4.0, "unit": "ms", "better": "lower", "seconds": 1,',
+                      '"value": 5.0, "unit": "ms", "better": "lower", "seconds": 1.25,')
+            for x in GOOD]
+    bench.collect(_run(sync), REQ, "sync", 1, 0, data)
+    text = report.tables(data)
+    assert text.startswith(report.ICOUNT_NOTE)
+    assert "| mmap | 1 | xpfo=off | 1,000.0 | 488,281 | - |" in text
+    assert "| mmap | 1 | xpfo=sync | 1,250.0 | 610,352 | 1.250x |" in text
+    # a workload that touches no pages of its own has no per-page figure
+    assert "| lseek | 1 | xpfo=sync | 1,000.0 | - | 1.000x |" in text
+    # without --icount the section is not there
+    data.meta["icount"] = False
+    assert "Guest instructions" not in report.tables(data)
+
+
+def test_icount_boots_single_threaded_with_the_instruction_clock():
+    m = qemu.Machine(kernel=Path("k"), initrd=Path("i"), cpus=2, icount=True)
+    args = m.qemu_args()
+    # multi-threaded TCG cannot run with -icount: the machine asks for one thread
+    assert args[args.index("-accel") + 1] == "tcg,thread=single"
+    assert args[args.index("-icount") + 1] == "shift=0,sleep=off"
+    assert "-icount" not in qemu.Machine(kernel=Path("k"), initrd=Path("i")).qemu_args()

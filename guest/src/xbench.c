@@ -125,7 +125,7 @@ static void report(const char *w, double value, const char *unit, const char *be
 		   const struct check *chk, const struct vm *counters)
 {
 	printf("RESULT {\"workload\": \"%s\", \"value\": %.3f, \"unit\": \"%s\", "
-	       "\"better\": \"%s\", \"seconds\": %.3f, \"user_pages\": %lu, \"huge\": \"%s\"",
+	       "\"better\": \"%s\", \"seconds\": %.6f, \"user_pages\": %lu, \"huge\": \"%s\"",
 	       w, value, unit, better, secs, pages, huge);
 	if (chk) {
 		printf(", \"check\": {\"pages\": %lu, \"pgfault\": %lld, \"thp_fault_alloc\": %lld",
