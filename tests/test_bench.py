@@ -182,3 +182,9 @@ def test_icount_boots_single_threaded_with_the_instruction_clock():
     assert args[args.index("-accel") + 1] == "tcg,thread=single"
     assert args[args.index("-icount") + 1] == "shift=0,sleep=off"
     assert "-icount" not in qemu.Machine(kernel=Path("k"), initrd=Path("i")).qemu_args()
+
+
+def test_icount_takes_a_time_figure_itself_and_other_figures_timed_part():
+    # the build's system time is its own figure; its "seconds" is the build's elapsed
+    assert report._instructions({"unit": "s", "value": 0.9, "seconds": 50.0}) == 0.9e9
+    assert report._instructions({"unit": "pages/s", "value": 5.0, "seconds": 0.5}) == 0.5e9
