@@ -121,15 +121,17 @@ ICOUNT_NOTE = (
     "`-icount shift=0,sleep=off`: the guest clock advances one nanosecond per guest "
     "instruction, so each timed figure below counts the instructions the guest ran "
     "(`pages/s` is pages per 10^9 instructions; a build's system time is the "
-    "instructions the kernel ran for it, as the tick accounts them). For a workload "
-    "that keeps the CPU busy the counts repeat exactly from boot to boot of the same "
-    "binary, whatever the host does. They are not costs: QEMU counts each iteration of "
-    "a `rep` string instruction as one (a page cleared by `rep stosb` is 4,096), and a "
-    "TLB refill, an INVLPG or a cache miss as one instruction or none. A workload that "
-    "waits for the disk (`disk_read`, the build's elapsed time) also counts the idle "
-    "time QEMU skips to the next timer, which depends on when the host finishes the "
-    "I/O: those rows are not instruction counts. With more than one vCPU, the vCPUs "
-    "run in turn on one host thread and the figure is the sum over them.\n")
+    "instructions the kernel ran for it, as the tick accounts them). They are not "
+    "costs: QEMU counts each iteration of a `rep` string instruction as one (a page "
+    "cleared by `rep stosb` is 4,096), and a TLB refill, an INVLPG or a cache miss as "
+    "one instruction or none. A boot whose workloads all keep the CPU busy repeats "
+    "its counts exactly, whatever the host does. A workload that waits for the disk "
+    "(the build, `disk_read`) does not: its own elapsed time also counts the idle time "
+    "QEMU skips to the next timer (`build_elapsed` and `disk_read` are not instruction "
+    "counts), and the state it leaves depends on when the host finished the I/O, so "
+    "the counts of the workloads after it vary somewhat from run to run. With more "
+    "than one vCPU, the vCPUs run in turn on one host thread and the figure is the sum "
+    "over them.\n")
 
 
 def _instructions(s: dict) -> float:
