@@ -1,19 +1,29 @@
-import sys, bisect, subprocess, collections
-syms=[]
-for line in subprocess.run(["nm","-n","/work/main/build/obj/vmlinux"],capture_output=True,text=True).stdout.splitlines():
-    p=line.split()
-    if len(p)>=3 and p[1] in "tTwW": syms.append((int(p[0],16),p[2]))
-addrs=[a for a,_ in syms]
-def count(f):
-    c=collections.Counter()
-    for l in open(f):
-        l=l.strip()
-        if not l: continue
-        try: a=int(l,16)
-        except ValueError: continue
-        i=bisect.bisect_right(addrs,a)-1; c[syms[i][1]]+=1
+"""Instructions per function of two gdb traces (one PC a line, in hex), B - A:
+python3 sym.py ftrace-off.txt ftrace-strict.txt (see ftrace.sh)."""
+
+import collections
+import sys
+
+from ksyms import Symbols
+
+
+def count(path: str, syms: Symbols) -> collections.Counter:
+    c: collections.Counter = collections.Counter()
+    for line in open(path):
+        try:
+            c[syms.name(int(line.strip(), 16))] += 1
+        except ValueError:
+            continue    # gdb's own lines
     return c
-a=count(sys.argv[1]); b=count(sys.argv[2])
-print("total", sum(a.values()), sum(b.values()))
-keys=sorted(set(a)|set(b), key=lambda k:-(b[k]-a[k]))
-for k in keys[:25]: print(f"{b[k]-a[k]:6d} {a[k]:6d} {b[k]:6d} {k}")
+
+
+def main() -> None:
+    syms = Symbols()
+    a, b = count(sys.argv[1], syms), count(sys.argv[2], syms)
+    print("total", sum(a.values()), sum(b.values()))
+    for k in sorted(set(a) | set(b), key=lambda k: -(b[k] - a[k]))[:25]:
+        print(f"{b[k] - a[k]:6d} {a[k]:6d} {b[k]:6d} {k}")
+
+
+if __name__ == "__main__":
+    main()
