@@ -546,7 +546,7 @@ def parser() -> argparse.ArgumentParser:
                     "munmap_pte); default: all")
     sp.add_argument("--icount", action="store_true",
                     help="QEMU -icount shift=0,sleep=off: every timing is a count of guest "
-                         "instructions, the same at every run (one round is enough)")
+                         "instructions, repeatable for CPU-bound workloads")
     sp.add_argument("--out", help="output directory (default out/bench)")
     sp.add_argument("--jobs", type=positive, default=None)
     sp.add_argument("--kernel", metavar="BZIMAGE",

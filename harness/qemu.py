@@ -34,9 +34,10 @@ class Machine:
     # docs/TESTING.md); tests use "single", benchmarks "multi".
     tcg_threads: str = "multi"
     # -icount shift=0,sleep=off: the guest clock advances one nanosecond per
-    # guest instruction, so a guest's timings are counts of its instructions,
-    # the same at every run of the same binary. QEMU runs such a guest's
-    # vCPUs round-robin on one host thread.
+    # guest instruction, so a guest's timings are counts of its instructions
+    # (repeatable for workloads that keep the CPU busy, not for those that
+    # wait for the disk). QEMU runs such a guest's vCPUs round-robin on one
+    # host thread.
     icount: bool = False
 
     def cmdline(self) -> str:
