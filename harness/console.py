@@ -16,6 +16,8 @@ The steps' results (JSON) travel on the guest's second serial port, one line
 each, named by their step, and the host copies them into the same log:
 
     XH-RESULT <name> {...}
+    XH-END <n> <name> <status>         (the step's end again, where no
+                                        kernel message can cut it)
 
 Logs written before that framing are still understood: XH-STEP-BEGIN <name>,
 XH-STEP-END <name> <status>, XH-DONE without '# ', and RESULT {...} lines
@@ -28,7 +30,7 @@ RCU stall) is an Incident, attributed to the step during which it appeared.
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Set
 
 _TS = re.compile(r"^\[\s*\d+\.\d+\]\s?")
 _PREFIX = re.compile(r"^(?:<\d>)?")
@@ -99,7 +101,7 @@ class Console:
     # KUnit suites' plans (1..N inside '# Subtest: <suite>')
     ktap_plans: Dict[str, int] = field(default_factory=dict)
     planned: Optional[int] = None   # the runner's plan: how many steps it will run
-    reported: int = 0               # step results (ok/not ok, XH-STEP-END) seen
+    reported: int = 0               # steps ended (ok/not ok, XH-END, XH-STEP-END)
     done: bool = False
     errors: List[str] = field(default_factory=list)
 
@@ -123,6 +125,7 @@ _RESULT = re.compile(r"RESULT (.*?)\s*$")
 _XRESULT = re.compile(r"^XH-RESULT (\S+) (.*?)\s*$")
 _BEGIN = re.compile(r"^(?:# )?XH-STEP-BEGIN (\S+)")
 _END = re.compile(r"^XH-STEP-END (\S+) (-?\d+)")
+_XEND = re.compile(r"^XH-END (\d+) (\S+) (-?\d+)\s*$")
 _DONE = re.compile(r"^(?:# )?XH-DONE\b")
 # The runner's KTAP result line for the step in progress.
 _STEP_RESULT = re.compile(r"^(not ok|ok) (\d+) (\S+)(?:\s+#\s*exit (-?\d+))?")
@@ -141,6 +144,7 @@ class Parser:
         self._incident: Optional[Incident] = None
         self._suite: Optional[str] = None
         self._plan: Optional[int] = None   # the last top-level KTAP plan seen
+        self._ended: Set[int] = set()      # step numbers counted as ended
 
     def feed(self, raw: str) -> None:
         c = self.console
@@ -150,6 +154,13 @@ class Parser:
         if m:
             # from the results port: whole lines, named by their step
             self._result(m.group(2), line, m.group(1))
+            return
+        m = _XEND.match(line)
+        if m:
+            # from the results port too, in order after the step's results;
+            # the console's "ok" line may come before or after it, or be cut.
+            # The console alone says which step its lines belong to.
+            self._end(m.group(2), int(m.group(3)), int(m.group(1)))
             return
         ended = False
         if self._incident is not None:
@@ -171,12 +182,14 @@ class Parser:
         m = _END.match(line)
         if m:
             self._end(m.group(1), int(m.group(2)))
+            self._current = None
             return
         m = _STEP_RESULT.match(line)
         if m and m.group(3) == self._current:
             rc = m.group(4)
             self._end(m.group(3), int(rc) if rc is not None else
-                      (0 if m.group(1) == "ok" else 1))
+                      (0 if m.group(1) == "ok" else 1), int(m.group(2)))
+            self._current = None
             return
         if _DONE.match(line):
             c.done = True
@@ -213,13 +226,17 @@ class Parser:
             c.steps[name] = Step(name)
             c.order.append(name)
 
-    def _end(self, name: str, status: int) -> None:
-        self.console.reported += 1
+    def _end(self, name: str, status: int, number: Optional[int] = None) -> None:
+        """A step ended; `number` (its place in the plan) counts it once
+        when both ports report it."""
+        if number is None or number not in self._ended:
+            self.console.reported += 1
+            if number is not None:
+                self._ended.add(number)
         st = self.console.steps.get(name)
         if st is not None:
             st.ended = True
             st.exit_status = status
-        self._current = None
 
     def _result(self, text: str, line: str, current: Optional[str]) -> None:
         c = self.console

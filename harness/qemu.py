@@ -229,7 +229,12 @@ def run(machine: Machine, timeout: float, log: Path, echo: bool = False,
     elif not con.lines or (rc != 0 and not any("Linux version" in x for x in con.lines)):
         outcome, msg = Outcome.QEMU_FAILED, f"{QEMU} exited with {rc}"
     else:
-        outcome, msg = Outcome.CRASHED, "guest stopped before its runner finished"
+        # the log may not outlive the run (CI): say how it ended
+        last = next((x for x in reversed(con.lines)
+                     if x.strip() and not x.startswith(("XH-RESULT ", "XH-END "))), "")
+        outcome, msg = Outcome.CRASHED, (f"guest stopped before its runner finished "
+                                         f"({QEMU} exit status {rc}, last line "
+                                         f"{last[:160]!r})")
     return Run(machine, outcome, elapsed, con, log, rc, msg)
 
 

@@ -494,7 +494,7 @@ def parse(lines: Sequence[str], programs: Sequence[Program] = ()) -> Dict[str, P
             _finish(out[cur], buf, None, timeouts.get(cur, 0))
             cur, buf = None, []
             continue
-        if line.startswith(("RESULT ", "XH-RESULT ")):
+        if line.startswith(("RESULT ", "XH-RESULT ", "XH-END ")):
             continue
         buf.append(line)
     if cur is not None:

@@ -131,3 +131,27 @@ def test_result_line_cut_on_the_console_is_an_error_not_mended():
                          "XH-STEP-END x 0"])
     assert len(con.errors) == 1 and con.steps["x"].results == []
     assert con.steps["x"].ended
+
+
+def test_step_end_on_the_results_port_counts_a_cut_ok_line():
+    # a kernel message from another CPU lands inside the runner's "ok" line
+    con = console.parse(["KTAP version 1", "1..2", "# XH-STEP-BEGIN info", "ok 1 info",
+                         "# XH-STEP-BEGIN vmstat",
+                         'XH-RESULT vmstat {"counters": {}}', "XH-END 2 vmstat 0",
+                         "ok 22 vm[   44.9] ACPI: PM: Preparing to enter system sleep state S5",
+                         "stat", "# XH-DONE"])
+    assert con.planned == 2 and con.reported == 2 and con.runner_finished()
+    assert con.steps["vmstat"].ended and con.steps["vmstat"].exit_status == 0
+
+
+def test_step_reported_on_both_ports_counts_once_and_keeps_its_lines():
+    # the port's end can be read before the console's last lines of the step:
+    # those still belong to the step (an oops the step expects stays in it)
+    con = console.parse(["KTAP version 1", "1..3", "# XH-STEP-BEGIN x", "XH-END 1 x 0",
+                         "[ 1.0] BUG: unable to handle page fault for address: ff1",
+                         "---[ end trace 0000000000000000 ]---", "ok 1 x",
+                         "# XH-STEP-BEGIN y", "not ok 2 y # exit 3", "XH-END 2 y 3"])
+    assert con.reported == 2 and not con.runner_finished()
+    [inc] = con.incidents
+    assert inc.step == "x"
+    assert con.steps["y"].exit_status == 3

@@ -93,6 +93,22 @@ def test_runner_that_stops_short_of_its_plan_is_a_crash(tmp_path, machine, monke
                   'echo "# XH-STEP-BEGIN a"; echo "ok 1 a"; exit 0\n'))
     run = qemu.run(machine, timeout=10, log=tmp_path / "out.log")
     assert run.outcome is qemu.Outcome.CRASHED
+    # the message says how it ended: CI keeps the message, not the log
+    assert "exit status 0, last line 'ok 1 a'" in run.message
+
+
+def test_step_end_on_the_results_port_finishes_a_cut_console(tmp_path, machine, monkeypatch):
+    # the console's last "ok" line overtaken by the kernel's power-off message
+    monkeypatch.setattr(qemu, "QEMU", _fake_qemu(tmp_path, r'''
+for a; do case $a in file:*) res=${a#file:};; esac; done
+echo "Linux version 6.12"; echo "KTAP version 1"; echo "1..1"
+echo "# XH-STEP-BEGIN info"
+printf 'XH-RESULT info {"cpus": 2}\nXH-END 1 info 0\n' >> "$res"
+echo "ok 1 i[   44.9] reboot: Power down"
+'''))
+    run = qemu.run(machine, timeout=10, log=tmp_path / "out.log")
+    assert run.outcome is qemu.Outcome.POWERED_OFF
+    assert run.console.steps["info"].exit_status == 0
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
