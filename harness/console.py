@@ -145,6 +145,7 @@ class Parser:
         self._suite: Optional[str] = None
         self._plan: Optional[int] = None   # the last top-level KTAP plan seen
         self._ended: Set[int] = set()      # step numbers counted as ended
+        self._begun = False                # the console has shown a step begin
 
     def feed(self, raw: str) -> None:
         c = self.console
@@ -218,9 +219,11 @@ class Parser:
 
     def _begin(self, name: str) -> None:
         c = self.console
-        if c.planned is None and self._plan is not None and not c.order:
-            # the plan printed just before the first step is the runner's
+        if c.planned is None and self._plan is not None and not self._begun:
+            # the plan printed just before the first step is the runner's;
+            # the results port may have named the step already
             c.planned = self._plan
+        self._begun = True
         self._current = name
         if name not in c.steps:
             c.steps[name] = Step(name)

@@ -155,3 +155,14 @@ def test_step_reported_on_both_ports_counts_once_and_keeps_its_lines():
     [inc] = con.incidents
     assert inc.step == "x"
     assert con.steps["y"].exit_status == 3
+
+
+def test_results_port_read_before_the_console_keeps_the_plan():
+    # the two ports are followed by two threads: the first step's results
+    # and end can be parsed before the console's plan and first step begin
+    con = console.parse(['XH-RESULT info {"cpus": 2}', "XH-END 1 info 0",
+                         "KTAP version 1", "1..1", "# XH-STEP-BEGIN info",
+                         "ok 1 i[   44.9] reboot: Power down"])
+    assert con.planned == 1 and con.reported == 1 and con.runner_finished()
+    assert con.steps["info"].results == [{"cpus": 2}]
+    assert con.order == ["info"]
