@@ -209,9 +209,10 @@ def attack_run(run: qemu.Run, mode: str, cpus: int, with_kunit: bool = True) -> 
 
 
 AUDIT_BAD = ("mapped_user", "absent_kernel")
-# kept frames counted on the free lists against nr_xpfo_kept: frames that
-# change hands between the drain and the walk (the audit's own reader, a
-# kworker) may separate them by a few
+# kept frames counted on the free lists against the kernel's running count
+# (the audit's kept_counted, debugfs xpfo/kept): frames that change hands
+# between the drain and the walk (the audit's own reader, a kworker) may
+# separate them by a few
 KEPT_SLACK = 64
 
 
@@ -245,7 +246,7 @@ def audit_reasons(con: Console) -> List[str]:
                            + ", ".join(f"{k} {v}" for k, v in bad.items()))
         if "kept" in a and abs(a["kept"] - a.get("kept_counted", 0)) > KEPT_SLACK:
             reasons.append(f"direct-map audit after {label}: {a['kept']} kept frames on "
-                           f"the free lists, nr_xpfo_kept says {a.get('kept_counted')}")
+                           f"the free lists, the running count says {a.get('kept_counted')}")
     return reasons
 
 

@@ -232,7 +232,7 @@ def test_stress_smp4(kernel, run_mode):
         assert res["hotplug"]["mapped_back"] > 0, res["hotplug"]
     else:
         assert res["hotplug"]["mapped_back"] == 0, res["hotplug"]
-    # nr_xpfo_kept: free frames kept unmapped, found on the free lists too
+    # kept_counted: free frames kept unmapped, found on the free lists too
     # (the two agree within judge.KEPT_SLACK, judged in res["status"])
     for label, a in res["audits"].items():
         if mode in ("batch", "strict"):
