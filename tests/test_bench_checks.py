@@ -305,6 +305,9 @@ def test_strict_targets_met_and_missed_from_the_figures():
     # fork: strict 1.05x of off under batch's 1.10x; page_fault: 0.95x over 0.90x
     assert _row(ok, "| fork, strict: <= batch's ratio").endswith("| met |")
     assert _row(ok, "| page_fault, strict: <= batch's ratio").endswith("| MISSED |")
+    # page_fault's figure is a time here: strict 0.95x of off
+    assert _row(ok, "| page_fault, strict: <= 1.15x of off").endswith(
+        "| 0.95x at 1, 0.95x at 2 | met |")
     bad = report.targets(data(1.2, 40))
     assert _row(bad, "| strict: flush IPIs per 1000 user pages").endswith("| 40.0 | MISSED |")
     assert _row(bad, "| strict: build system time, 1 vCPUs").endswith(
@@ -319,3 +322,21 @@ def test_workloads_can_be_selected_by_what_they_report():
     assert [w.step for w in bench.select(bench.QUICK, ["munmap"])] == ["sh:xbench:mmap:8"]
     with pytest.raises(HarnessError):
         bench.select(bench.FULL, ["forks"])
+
+
+def test_strict_targets_without_batch_judge_only_what_ran():
+    # off and strict only: no "<= batch's ratio" row, and the 1.15x rows judged
+    samples = []
+    for c in (1, 2):
+        for rnd in range(3):
+            samples += [_s("page_fault", c, "off", 100.0, rnd),
+                        _s("page_fault", c, "strict", 110.0 if c == 1 else 120.0, rnd),
+                        _s("read", c, "off", 10.0, rnd), _s("read", c, "strict", 10.5, rnd)]
+    data = bench.BenchData(samples=samples, meta={"modes": ["off", "strict"], "cpus": [1, 2],
+                                                  "host_cpus": "2", "oversubscribed": []})
+    goals = report.targets(data)
+    assert "batch's ratio" not in goals
+    assert _row(goals, "| page_fault, strict: <= 1.15x of off").endswith(
+        "| 1.10x at 1, 1.20x at 2 | MISSED |")
+    assert _row(goals, "| read, strict: <= 1.15x of off").endswith(
+        "| 1.05x at 1, 1.05x at 2 | met |")
