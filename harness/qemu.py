@@ -9,9 +9,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
-from . import console, printer
+from . import console, machines, printer
 from .errors import HarnessError
 
 QEMU = "qemu-system-x86_64"
@@ -39,22 +39,27 @@ class Machine:
     # wait for the disk). QEMU runs such a guest's vCPUs round-robin on one
     # host thread.
     icount: bool = False
+    # the emulator and CPU model (machines.py); its kernel parameters come
+    # before `params`
+    kind: machines.Kind = machines.KINDS[machines.DEFAULT]
 
     def cmdline(self) -> str:
         # no_timer_check: on a loaded host TCG can miss the IO-APIC timer
         # check's deadline and panic at boot ("IO-APIC + timer doesn't work").
-        base = ["console=ttyS0", "panic=-1", "loglevel=7", "no_timer_check"]
-        return " ".join(base + list(self.params))
+        base = [f"console={self.kind.console}", "panic=-1", "loglevel=7", "no_timer_check"]
+        return " ".join(base + list(self.kind.params) + list(self.params))
 
     def qemu_args(self, interactive: bool = False,
                   results: Optional[Path] = None) -> List[str]:
         """The QEMU command; `results` is the file that the guest's second
         serial port (/dev/ttyS1, where the runner writes its RESULT lines)
         is written to."""
+        if self.kind.emulator != machines.QEMU:
+            raise HarnessError(f"machine {self.kind.name} is not a QEMU machine")
         # KVM does not start guests on these machines: TCG, with every
         # feature TCG can emulate. TCG has no PCID/INVPCID.
         threads = "single" if self.icount else self.tcg_threads
-        args = [QEMU, "-accel", f"tcg,thread={threads}", "-cpu", "max",
+        args = [QEMU, "-accel", f"tcg,thread={threads}", "-cpu", self.kind.cpu_model,
                 "-smp", str(self.cpus),
                 "-m", str(self.mem_mb), "-kernel", str(self.kernel),
                 "-initrd", str(self.initrd), "-append", self.cmdline(),
@@ -91,6 +96,8 @@ class Run:
     log: Path
     returncode: Optional[int] = None
     message: str = ""
+    # seconds from the start to the runner's first line (its KTAP header)
+    runner_started: Optional[float] = None
 
     def last_lines(self, n: int = 30) -> str:
         return "\n".join(self.console.lines[-n:])
@@ -169,7 +176,7 @@ def run(machine: Machine, timeout: float, log: Path, echo: bool = False,
     printer.command(args)
     parser = console.Parser()
     lock = threading.Lock()
-    start = time.monotonic()
+    clock = RunnerClock()
     try:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -196,6 +203,7 @@ def run(machine: Machine, timeout: float, log: Path, echo: bool = False,
                     logf.write(text)
                     logf.flush()
                     parser.feed(text)
+                    clock.see(text)
 
             tail = _Tail(results, take)
             tail.start()
@@ -220,22 +228,38 @@ def run(machine: Machine, timeout: float, log: Path, echo: bool = False,
         raise
     finally:
         results.unlink(missing_ok=True)
-    elapsed = time.monotonic() - start
+    elapsed = time.monotonic() - clock.start
     con = parser.console
-    if timed_out.is_set():
-        outcome, msg = Outcome.TIMEOUT, f"guest killed after {timeout:.0f}s deadline"
-    elif con.runner_finished():
-        outcome, msg = Outcome.POWERED_OFF, ""
-    elif not con.lines or (rc != 0 and not any("Linux version" in x for x in con.lines)):
-        outcome, msg = Outcome.QEMU_FAILED, f"{QEMU} exited with {rc}"
-    else:
-        # the log may not outlive the run (CI): say how it ended
-        last = next((x for x in reversed(con.lines)
-                     if x.strip() and not x.startswith(("XH-RESULT ", "XH-END "))), "")
-        outcome, msg = Outcome.CRASHED, (f"guest stopped before its runner finished "
-                                         f"({QEMU} exit status {rc}, last line "
-                                         f"{last[:160]!r})")
-    return Run(machine, outcome, elapsed, con, log, rc, msg)
+    outcome, msg = classify(con, timed_out.is_set(), rc, timeout, QEMU)
+    return Run(machine, outcome, elapsed, con, log, rc, msg, clock.started)
+
+
+def classify(con: console.Console, timed_out: bool, rc: Optional[int], timeout: float,
+             emulator: str) -> Tuple[Outcome, str]:
+    """How a guest ended, from its console and the emulator's exit status."""
+    if timed_out:
+        return Outcome.TIMEOUT, f"guest killed after {timeout:.0f}s deadline"
+    if con.runner_finished():
+        return Outcome.POWERED_OFF, ""
+    if not con.lines or (rc != 0 and not any("Linux version" in x for x in con.lines)):
+        return Outcome.QEMU_FAILED, f"{emulator} exited with {rc}"
+    # the log may not outlive the run (CI): say how it ended
+    last = next((x for x in reversed(con.lines)
+                 if x.strip() and not x.startswith(("XH-RESULT ", "XH-END "))), "")
+    return Outcome.CRASHED, (f"guest stopped before its runner finished "
+                             f"({emulator} exit status {rc}, last line {last[:160]!r})")
+
+
+class RunnerClock:
+    """When the runner's first line (its KTAP header) came, from the start."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.started: Optional[float] = None
+
+    def see(self, text: str) -> None:
+        if self.started is None and console.strip(text).startswith("KTAP version 1"):
+            self.started = time.monotonic() - self.start
 
 
 def interactive(machine: Machine) -> int:
