@@ -63,6 +63,7 @@ class Attack:
     what: str
     min_cpus: int = 1
     cleared_stops: bool = False     # a read of a cleared frame counts as stopped
+    needs_disk: bool = False        # reads from the scratch disk (the disk step first)
 
 
 LKDTM_ATTACKS = [
@@ -74,7 +75,8 @@ LKDTM_ATTACKS = [
     Attack("XPFO_READ_COW", "copy made by a write fault on a private mapping"),
     Attack("XPFO_READ_SYMLINK", "body of a long symlink on tmpfs (page cache)"),
     Attack("XPFO_READ_SYMLINK_RAMFS", "body of a long symlink on ramfs (page_get_link())"),
-    Attack("XPFO_READ_BDEV", "ext2 fast-symlink target in the block device's page cache"),
+    Attack("XPFO_READ_BDEV", "ext2 fast-symlink target in the block device's page cache",
+           needs_disk=True),
     Attack("XPFO_READ_FREED", "frame the user wrote and freed (physmap spray)", cleared_stops=True),
     Attack("XPFO_SMP", "alias warmed in another CPU's TLB before the page went to user", 2),
     Attack("XPFO_SMP_HOT", "the same, the page reused hot at the first user fault", 2),
@@ -195,23 +197,46 @@ def judge_pgt(con: Console, step_name: str, test: str, run_mode: str) -> Verdict
     return _stopped(incidents, PGTPROT_OOPS, "a pgtprot", test, run_mode)
 
 
-def lkdtm_steps(cpus: int) -> List[str]:
-    return [f"lkdtm:{a.name}" for a in LKDTM_ATTACKS + PGTPROT_ATTACKS if a.min_cpus <= cpus]
+DISK_ATTACKS = tuple(a.name for a in LKDTM_ATTACKS if a.needs_disk)
+NO_DISK = "n/a (no disk on this machine)"
 
 
-def judge_all(con: Console, mode: str, cpus: int) -> List[Verdict]:
+def _runs(a: Attack, cpus: int, disk: bool) -> bool:
+    return a.min_cpus <= cpus and (disk or not a.needs_disk)
+
+
+def lkdtm_steps(cpus: int, disk: bool = True) -> List[str]:
+    return [f"lkdtm:{a.name}" for a in LKDTM_ATTACKS + PGTPROT_ATTACKS if _runs(a, cpus, disk)]
+
+
+def not_applicable(cpus: int, disk: bool = True) -> Dict[str, str]:
+    """The tests a machine cannot run (too few CPUs, no disk), and why;
+    they are neither passes nor failures."""
+    out = {a.name: (NO_DISK if a.min_cpus <= cpus else
+                    f"n/a (needs {a.min_cpus} CPUs; {cpus} on this machine)")
+           for a in LKDTM_ATTACKS if not _runs(a, cpus, disk)}
+    if not disk:
+        out.update({f"ret2dir[{v}]": NO_DISK for v in RET2DIR_DISK_VARIANTS})
+    return out
+
+
+def judge_all(con: Console, mode: str, cpus: int, disk: bool = True) -> List[Verdict]:
     out = [judge_read(con, f"lkdtm:{a.name}", a.name, mode, a.cleared_stops)
-           for a in LKDTM_ATTACKS if a.min_cpus <= cpus]
+           for a in LKDTM_ATTACKS if _runs(a, cpus, disk)]
     out += [judge_pgt(con, f"lkdtm:{a.name}", a.name, mode) for a in PGTPROT_ATTACKS]
-    return out + judge_ret2dir(con, mode)
+    return out + judge_ret2dir(con, mode, disk)
 
 
 RET2DIR_STEP = "sh:ret2dir"
 RET2DIR_VARIANTS = ("anon", "cow", "shmem", "pagecache", "migrate", "migrate-old")
+# the page cache of a file on the scratch disk's ext2 (without the disk the
+# demo writes its file to the initramfs, which is not what it means)
+RET2DIR_DISK_VARIANTS = ("pagecache",)
 
 
-def judge_ret2dir(con: Console, run_mode: str) -> List[Verdict]:
-    """The end-to-end demo: one verdict per variant, from its RESULT lines."""
+def judge_ret2dir(con: Console, run_mode: str, disk: bool = True) -> List[Verdict]:
+    """The end-to-end demo: one verdict per variant, from its RESULT lines;
+    without a disk, none for the variants that need one."""
     mode = modes.xpfo(run_mode)
     st = con.steps.get(RET2DIR_STEP)
     if st is None or not st.ended:
@@ -220,6 +245,8 @@ def judge_ret2dir(con: Console, run_mode: str) -> List[Verdict]:
     by_variant = {r.get("variant"): r for r in st.results}
     out = []
     for v in RET2DIR_VARIANTS:
+        if not disk and v in RET2DIR_DISK_VARIANTS:
+            continue
         name = f"ret2dir[{v}]"
         r = by_variant.get(v)
         if r is None:

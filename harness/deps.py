@@ -38,6 +38,17 @@ SELFTEST_PACKAGES = {
     "rsync": "/usr/bin/rsync",
 }
 
+# The Bochs machines (machines.py), installed on their first use: the
+# emulator, its BIOS and VGA BIOS, and what builds the isolinux CD it boots.
+BOCHS_PACKAGES = {
+    "bochs": "/usr/bin/bochs-bin",
+    "bochsbios": "/usr/share/bochs/BIOS-bochs-latest",
+    "vgabios": "/usr/share/vgabios/vgabios.bin",
+    "isolinux": "/usr/lib/ISOLINUX/isolinux.bin",
+    "syslinux-common": "/usr/lib/syslinux/modules/bios/ldlinux.c32",
+    "xorriso": "/usr/bin/xorriso",
+}
+
 
 def missing(packages: Dict[str, str] = PACKAGES) -> List[str]:
     return [pkg for pkg, path in packages.items() if not os.path.exists(path)]

@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from . import initramfs, printer, qemu
+from . import attacks, bochs, initramfs, machines, printer, qemu
+from .errors import HarnessError
 from .paths import LAYOUT, Layout
 
 
@@ -22,6 +23,7 @@ class GuestRequest:
     kernel: Optional[Path] = None   # default: the kernel built from the series
     tcg_threads: str = "single"     # see qemu.Machine
     icount: bool = False            # see qemu.Machine
+    machine: str = machines.DEFAULT  # the machine kind (machines.py)
 
 
 @dataclass
@@ -34,24 +36,65 @@ def log_path(layout: Layout, label: str) -> Path:
     return layout.out / "logs" / f"{stamp}-{label}.log"
 
 
+# Steps that need a virtio disk: the scratch disk, the build image, and the
+# attack tests that read a block device's page cache (on the scratch disk).
+DISK_STEPS = ("disk", "build")
+
+
+def needs_disk(step: str) -> bool:
+    name, _, arg = step.partition(":")
+    return name in DISK_STEPS or (name == "lkdtm" and arg in attacks.DISK_ATTACKS)
+
+
+def check_steps(kind: machines.Kind, steps: Sequence[str]) -> None:
+    """Refuse steps the machine cannot run (a disk step on Bochs)."""
+    bad = [s for s in steps if needs_disk(s)]
+    if bad and not kind.has_disk:
+        raise HarnessError(f"machine {kind.name} has no disk (no virtio), and step"
+                           f"{'s' if len(bad) > 1 else ''} {', '.join(bad)} need"
+                           f"{'' if len(bad) > 1 else 's'} one",
+                           "run them on a QEMU machine (--machine qemu or qemu-pti)")
+
+
 def machine(req: GuestRequest, layout: Layout = LAYOUT) -> qemu.Machine:
+    kind = machines.get(req.machine)
+    check_steps(kind, req.steps)
+    if (req.disk or req.extra_disks) and not kind.has_disk:
+        raise HarnessError(f"machine {kind.name} has no disk (no virtio)",
+                           "run this on a QEMU machine (--machine qemu or qemu-pti)")
     params = list(req.params)
     if req.steps:
         params.append("xh.steps=" + ",".join(req.steps))
     disks = [initramfs.scratch_disk(layout)] if req.disk else []
     return qemu.Machine(kernel=req.kernel or layout.bzimage, initrd=layout.initramfs,
-                        cpus=req.cpus,
+                        cpus=kind.vcpus(req.cpus),
                         mem_mb=req.mem_mb, params=params, disks=disks + list(req.extra_disks),
-                        tcg_threads=req.tcg_threads, icount=req.icount)
+                        tcg_threads=req.tcg_threads, icount=req.icount, kind=kind)
+
+
+def deadline(req: GuestRequest) -> float:
+    """The request's deadline on its machine (Bochs is slower than QEMU)."""
+    return req.timeout * machines.get(req.machine).slowdown
+
+
+def start(m: qemu.Machine, timeout: float, log: Path, echo: bool = False) -> qemu.Run:
+    """Boot on the machine's emulator."""
+    if m.kind.emulator == machines.BOCHS:
+        return bochs.run(m, timeout, log, echo=echo)
+    return qemu.run(m, timeout, log, echo=echo)
 
 
 def run(req: GuestRequest, layout: Layout = LAYOUT, echo: bool = False) -> qemu.Run:
     m = machine(req, layout)
     log = log_path(layout, req.label)
-    printer.info("guest", f"{req.label}: {req.cpus} vCPUs, {req.mem_mb} MiB, "
+    on = "" if m.kind.name == machines.DEFAULT else f" on {m.kind.name}"
+    printer.info("guest", f"{req.label}{on}: {m.cpus} vCPUs, {req.mem_mb} MiB, "
                  f"{' '.join(req.params) or 'no extra parameters'}; log {log}")
-    r = qemu.run(m, req.timeout, log, echo=echo)
-    printer.info("guest", f"{req.label}: {r.outcome.value} after {printer.fmt_elapsed(r.elapsed)}")
+    r = start(m, deadline(req), log, echo=echo)
+    runner = ("" if r.runner_started is None
+              else f" (runner started after {r.runner_started:.1f}s)")
+    printer.info("guest", f"{req.label}: {r.outcome.value} after "
+                 f"{printer.fmt_elapsed(r.elapsed)}{runner}")
     if r.outcome is not qemu.Outcome.POWERED_OFF:
         printer.raw(f"--- last console lines of {req.label} ({r.message}) ---")
         printer.raw(r.last_lines(25))

@@ -192,7 +192,8 @@ def attack_steps(cpus: int) -> List[str]:
 def attack_run(run: qemu.Run, mode: str, cpus: int, with_kunit: bool = True) -> AttackRun:
     """A boot of the attack tests (and the KUnit suite) in one mode."""
     con = run.console
-    verdicts = attacks.judge_all(con, mode, cpus)
+    # a machine without a disk does not run the tests that need one
+    verdicts = attacks.judge_all(con, mode, cpus, disk=run.machine.kind.has_disk)
     parts = [boot(run, allowed_steps=attack_steps(cpus)),
              _failure([f"{v.test} ({modes.label(mode)}): {v.detail}"
                        for v in verdicts if not v.passed])]

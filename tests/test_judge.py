@@ -214,7 +214,7 @@ def _attack_log(kunit: List[str]) -> List[str]:
 
 def test_cmd_test_fails_on_kunit_with_xpfo_off(monkeypatch, capsys):
     from harness import attacks, cli
-    monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus: [])
+    monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus, disk=True: [])
     _fake_guest(monkeypatch, _attack_log(["ok 1 a # SKIP off"]))
     assert cli.main(["test", "--modes", "off"]) == 0
     _fake_guest(monkeypatch, _attack_log(["not ok 1 a"]))
@@ -226,7 +226,7 @@ def test_cmd_demo_fails_on_kunit_and_on_benchmark_failures(monkeypatch, capsys):
     from types import SimpleNamespace
 
     from harness import attacks, cli
-    monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus: [])
+    monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus, disk=True: [])
     bench = SimpleNamespace(failures=[])
     monkeypatch.setattr(cli, "run_bench", lambda *a, **kw: bench)
     good = {"off": ["ok 1 a # SKIP off"], "on": ["ok 1 a"]}
