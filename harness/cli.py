@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import (attacks, bench, build, buildload, console, deps, errors, guest, initramfs, judge,
-               modes, printer, qemu, report, selftests, series, source)
+from . import (attacks, bench, bochs, build, buildload, console, deps, errors, guest, initramfs,
+               judge, machines, modes, printer, qemu, report, selftests, series, source)
 from . import configs
 from .errors import HarnessError
 from .paths import LAYOUT
@@ -103,14 +103,34 @@ def _params(args: argparse.Namespace) -> List[str]:
     return params
 
 
+def _check_machine(name: str, steps: Sequence[str] = (), install: bool = True) -> machines.Kind:
+    """An unknown machine, a step it cannot run or a missing emulator fails
+    before any build; `install`: Bochs's packages are installed first."""
+    kind = machines.get(name)
+    guest.check_steps(kind, steps)
+    if install and kind.emulator == machines.BOCHS:
+        bochs.check()
+    return kind
+
+
 def cmd_boot(args: argparse.Namespace) -> int:
-    ensure_kernel(args)
+    # --dry-run builds and installs nothing: it prints what a run would do
+    kind = _check_machine(args.machine, args.steps, install=not args.dry_run)
+    if kind.emulator == machines.BOCHS and not args.steps:
+        raise HarnessError(f"machine {kind.name} runs steps only (its console is not "
+                           "a terminal)", "name the steps, e.g. ./xpfo boot --machine "
+                           f"{kind.name} info")
+    if not args.dry_run:
+        ensure_kernel(args)
     req = guest.GuestRequest(steps=args.steps, cpus=args.cpus, mem_mb=args.mem,
-                             params=_params(args), timeout=args.timeout, disk=True,
-                             label="boot")
+                             params=_params(args), timeout=args.timeout, disk=kind.has_disk,
+                             label="boot", machine=kind.name)
     m = guest.machine(req)
     if args.dry_run:
-        printer.command(m.qemu_args(interactive=not args.steps))
+        if kind.emulator == machines.BOCHS:
+            bochs.dry_run(m, bochs.Files(Path("xpfo-bochs")))
+        else:
+            printer.command(m.qemu_args(interactive=not args.steps))
         return 0
     if not args.steps:
         return qemu.interactive(m)
@@ -121,27 +141,36 @@ def cmd_boot(args: argparse.Namespace) -> int:
     return 0 if verdict.passed else 1
 
 
-def attack_steps(cpus: int) -> List[str]:
-    return ["info", "disk", "symlink", *attacks.lkdtm_steps(cpus), attacks.RET2DIR_STEP, "vmstat"]
+def attack_steps(cpus: int, disk: bool = True) -> List[str]:
+    """The attack boot's steps; without a disk, none that needs one (the
+    symlink step checks tmpfs and ramfs then, and ret2dir skips nothing:
+    its page-cache variant is judged n/a)."""
+    return ["info", *(["disk"] if disk else []), "symlink", *attacks.lkdtm_steps(cpus, disk),
+            attacks.RET2DIR_STEP, "vmstat"]
 
 
-def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True) -> dict:
+def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True,
+                machine: str = machines.DEFAULT) -> dict:
+    kind = machines.get(machine)
+    cpus = kind.vcpus(cpus)
     params = modes.params(mode) + ["hugepages=4"]
     if kunit:
         # every suite the test kernel has: xpfo and pgtprot
         params += ["kunit.enable=1"]
-    req = guest.GuestRequest(steps=attack_steps(cpus), cpus=cpus, mem_mb=1024,
-                             params=params, timeout=timeout, disk=True,
-                             label=f"attacks-{mode}")
+    label = f"attacks-{mode}" + ("" if kind.name == machines.DEFAULT else f"-{kind.name}")
+    req = guest.GuestRequest(steps=attack_steps(cpus, kind.has_disk), cpus=cpus, mem_mb=1024,
+                             params=params, timeout=timeout, disk=kind.has_disk,
+                             label=label, machine=kind.name)
     r = guest.run(req)
     con = r.console
     j = judge.attack_run(r, mode, cpus, with_kunit=kunit)
     stray = judge.incidents(con, judge.attack_steps(cpus)).reasons
     info = next(iter(con.steps["info"].results), {}) if "info" in con.steps else {}
     return {
-        "mode": mode, "cpus": cpus, "outcome": r.outcome.value, "log": str(r.log),
-        "info": info,
+        "mode": mode, "cpus": cpus, "machine": kind.name, "outcome": r.outcome.value,
+        "log": str(r.log), "info": info,
         "verdicts": [v.__dict__ for v in j.tests],
+        "not_applicable": attacks.not_applicable(cpus, kind.has_disk),
         "stray_incidents": list(stray),
         "kunit": j.kunit,
         "kunit_pgtprot": j.kunit_pgtprot,
@@ -152,40 +181,62 @@ def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True) -> dic
     }
 
 
+# the table's rows in the catalogue's order; others after them
+_TEST_ORDER = ([a.name for a in attacks.LKDTM_ATTACKS + attacks.PGTPROT_ATTACKS] + ["ret2dir"]
+               + [f"ret2dir[{v}]" for v in attacks.RET2DIR_VARIANTS] + ["ret2dir[oopses]"])
+
+
 def print_attack_table(results: Sequence[dict]) -> None:
+    """One column per run: a mode, and with other machines than the default
+    one, the machine kind too."""
+    kinds = {r.get("machine", machines.DEFAULT) for r in results}
+    named = kinds != {machines.DEFAULT}
+
+    def column(r: dict) -> str:
+        label = modes.label(r["mode"])
+        return f"{label}, {r.get('machine', machines.DEFAULT)}" if named else label
+
     printer.raw("")
-    printer.raw("| test | " + " | ".join(modes.label(r["mode"]) for r in results) + " |")
+    printer.raw("| test | " + " | ".join(column(r) for r in results) + " |")
     printer.raw("|---|" + "---|" * len(results))
     names: List[str] = []
     for r in results:
-        for v in r["verdicts"]:
-            if v["test"] not in names:
-                names.append(v["test"])
+        for n in [v["test"] for v in r["verdicts"]] + list(r.get("not_applicable", {})):
+            if n not in names:
+                names.append(n)
+    first = {n: i for i, n in enumerate(names)}
+    names.sort(key=lambda n: (_TEST_ORDER.index(n) if n in _TEST_ORDER else len(_TEST_ORDER),
+                              first[n]))
     for n in names:
         cells = []
         for r in results:
             v = next((v for v in r["verdicts"] if v["test"] == n), None)
-            cells.append("-" if v is None else
+            na = r.get("not_applicable", {}).get(n)
+            cells.append(na if v is None and na else "-" if v is None else
                          f"{'PASS' if v['passed'] else 'FAIL'}: {v['detail']}")
         printer.raw(f"| {n} | " + " | ".join(cells) + " |")
     for r in results:
         for suite, key in (("xpfo", "kunit"), ("pgtprot", "kunit_pgtprot")):
             k = r.get(key) or {}
             if k:
-                printer.raw(f"KUnit {suite} suite, {modes.label(r['mode'])}: {k['pass']} "
+                printer.raw(f"KUnit {suite} suite, {column(r)}: {k['pass']} "
                             f"passed, {k['fail']} failed, {k['skip']} skipped")
     for r in results:
         for reason in r["reasons"]:
-            printer.raw(f"FAIL {modes.label(r['mode'])}: {reason}")
+            printer.raw(f"FAIL {column(r)}: {reason}")
     printer.raw("")
 
 
 def cmd_test(args: argparse.Namespace) -> int:
+    for name in args.machines:
+        _check_machine(name)
     ensure_kernel(args)
-    results = [run_attacks(mode, args.cpus, args.timeout) for mode in args.modes]
+    results = [run_attacks(mode, args.cpus, args.timeout, machine=name)
+               for name in args.machines for mode in args.modes]
     print_attack_table(results)
     ok = all(r["passed"] for r in results)
-    _write_json(LAYOUT.out / "test-results.json", {"results": results, "passed": ok})
+    _write_json(LAYOUT.out / "test-results.json", {"results": results, "passed": ok,
+                                                   "machines": list(args.machines)})
     printer.info("test", "all passed" if ok else "FAILED")
     return 0 if ok else 1
 
@@ -467,7 +518,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
     plan = f" ({con.reported} of {con.planned} steps)" if con.planned is not None else ""
     printer.raw(f"runner finished: {'yes' if con.runner_finished() else 'no'}{plan}")
     if args.mode:
-        for v in attacks.judge_all(con, args.mode, args.cpus):
+        disk = machines.get(args.machine).has_disk
+        for v in attacks.judge_all(con, args.mode, args.cpus, disk=disk):
             printer.raw(f"{'PASS' if v.passed else 'FAIL'} {v.test} ({v.mode}): {v.detail}")
     return 0
 
@@ -478,6 +530,11 @@ def cmd_check(args: argparse.Namespace) -> int:
            *args.pytest_args]
     printer.command(cmd)
     return subprocess.call(cmd, cwd=LAYOUT.root)
+
+
+_machine_help = ("machine kind: " + "; ".join(f"{k.name}: {k.description}"
+                                              for k in machines.KINDS.values())
+                 + " (a Bochs machine's CPU count is fixed: --cpus does not change it)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -521,11 +578,16 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--mode", choices=ALL_MODES,
                     help="xpfo= (and pgtprot=) boot parameters: " + ", ".join(ALL_MODES))
     sp.add_argument("--param", action="append", help="extra kernel parameter (repeatable)")
-    sp.add_argument("--dry-run", action="store_true", help="print the QEMU command only")
+    sp.add_argument("--machine", default=machines.DEFAULT, metavar="KIND",
+                    help=_machine_help)
+    sp.add_argument("--dry-run", action="store_true",
+                    help="print the emulator command (and for Bochs the bochsrc) only")
     sp.add_argument("steps", nargs="*", help="guest steps, e.g. info lkdtm:XPFO_READ_USER")
     sp = add("test", cmd_test, "attack tests (both sides), KUnit, in every mode")
     guest_opts(sp)
     sp.add_argument("--modes", nargs="+", choices=ALL_MODES, default=list(TEST_MODES))
+    sp.add_argument("--machines", "--machine", nargs="+", default=[machines.DEFAULT],
+                    metavar="KIND", help=_machine_help + "; each mode runs on each")
     sp = add("stress", cmd_stress, "stress the kernel in one mode (fork, THP, reclaim, ...)")
     guest_opts(sp, cpus=4)
     sp.add_argument("--mode", choices=ALL_MODES, default="sync")
@@ -586,6 +648,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--mode", choices=ALL_MODES,
                     help="also judge the attack tests for this mode")
     sp.add_argument("--cpus", type=positive, default=2)
+    sp.add_argument("--machine", default=machines.DEFAULT, metavar="KIND",
+                    help="the machine the log comes from (Bochs has no disk)")
     sp = add("check", cmd_check, "run the project's test suite (pytest)")
     sp.add_argument("pytest_args", nargs=argparse.REMAINDER)
     return p
