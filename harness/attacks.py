@@ -156,10 +156,12 @@ def judge_read(con: Console, step_name: str, test: str, run_mode: str,
 
 
 # pgtprot: a stray store to a live page table of the calling process.
-PGTPROT_OOPS = r"pgtprot: write to a read-only page-table page"
+# the report names the protection key that stopped the store
+PGTPROT_OOPS = r"pgtprot: write to a page-table page \(pfn \S+\) denied by protection key \d+"
 _PGT_LANDED = re.compile(r"(\S+): (user wrote (0x[0-9a-f]+) to a read-only page through the "
                          r"forged PTE|wrote the entry back through the direct map)")
 PGTPROT_USER_VALUE = "0x5a5a5a5a5a5a5a5a"
+REFUSED = "refused (no PKS on this machine)"
 PGTPROT_ATTACKS = [
     Attack("PGTPROT_WRITE_PTE", "set _PAGE_RW in the PTE of a read-only user page"),
     Attack("PGTPROT_WRITE_PMD", "store to the PMD entry of a user mapping"),
@@ -167,9 +169,36 @@ PGTPROT_ATTACKS = [
 ]
 
 
-def judge_pgt(con: Console, step_name: str, test: str, run_mode: str) -> Verdict:
-    """Judge one stray page-table store: its pgtprot part decides."""
+# a CPU without supervisor protection keys refuses pgtprot at boot
+PGTPROT_REFUSED = re.compile(r"pgtprot: refused: (.*)$")
+
+
+def pgt_refused(con: Console) -> Optional[str]:
+    """The reason the kernel gave for refusing pgtprot, if it did."""
+    for line in con.lines:
+        m = PGTPROT_REFUSED.search(line.rstrip())
+        if m:
+            return m.group(1)
+    return None
+
+
+def judge_pgt(con: Console, step_name: str, test: str, run_mode: str,
+              pks: bool = True) -> Verdict:
+    """Judge one stray page-table store: its pgtprot part decides. On a
+    machine without PKS (`pks` false) pgtprot must refuse at boot, and the
+    store then lands as with pgtprot off: the table says so."""
     pgt = modes.pgt(run_mode)
+    refused = pgt_refused(con) if pgt != "off" else None
+    if pgt != "off" and (refused is not None or not pks):
+        if pks:
+            return Verdict(test, run_mode, False,
+                           f"pgtprot refused on a machine with PKS: {refused}")
+        if refused is None:
+            return Verdict(test, run_mode, False,
+                           "pgtprot not refused on a machine without PKS")
+        off = judge_pgt(con, step_name, test, "off")
+        return Verdict(test, run_mode, off.passed,
+                       f"{REFUSED}: {off.detail}")
     st = _step(con, step_name)
     if st is None:
         return Verdict(test, run_mode, False, "step never started (guest died earlier?)")
@@ -220,10 +249,11 @@ def not_applicable(cpus: int, disk: bool = True) -> Dict[str, str]:
     return out
 
 
-def judge_all(con: Console, mode: str, cpus: int, disk: bool = True) -> List[Verdict]:
+def judge_all(con: Console, mode: str, cpus: int, disk: bool = True,
+              pks: bool = True) -> List[Verdict]:
     out = [judge_read(con, f"lkdtm:{a.name}", a.name, mode, a.cleared_stops)
            for a in LKDTM_ATTACKS if _runs(a, cpus, disk)]
-    out += [judge_pgt(con, f"lkdtm:{a.name}", a.name, mode) for a in PGTPROT_ATTACKS]
+    out += [judge_pgt(con, f"lkdtm:{a.name}", a.name, mode, pks) for a in PGTPROT_ATTACKS]
     return out + judge_ret2dir(con, mode, disk)
 
 

@@ -1,6 +1,8 @@
 """Kernel configuration and build: data in, result out."""
 
+import contextlib
 import enum
+import fcntl
 import hashlib
 import os
 import re
@@ -9,7 +11,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 from . import config, printer
 from .paths import LAYOUT, Layout
@@ -183,6 +185,23 @@ def build(req: BuildRequest) -> BuildResult:
     stamp.write_text(ident + "\n")
     printer.info("build", f"done: {compiled} files compiled in {printer.fmt_elapsed(elapsed)}")
     return BuildResult(Status.SUCCESS, elapsed, kernel=kernel, compiled=compiled)
+
+
+@contextlib.contextmanager
+def lock(req: BuildRequest) -> Iterator[None]:
+    """Hold the build directory's lock (flock on build/.xpfo-build.lock):
+    one build of the kernel and the initramfs at a time."""
+    req.obj.parent.mkdir(parents=True, exist_ok=True)
+    with open(req.obj.parent / ".xpfo-build.lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            printer.info("build", "another ./xpfo is building; waiting for it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def is_current(req: BuildRequest) -> bool:

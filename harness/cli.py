@@ -37,15 +37,18 @@ def ensure_kernel(args: argparse.Namespace, force_build: bool = False) -> None:
     deps.ensure(quiet=True)
     source.prepare(LAYOUT)
     req = build.request(LAYOUT, jobs=getattr(args, "jobs", None))
-    if force_build or not build.is_current(req):
-        r = build.configure(req)
-        if r.status is not build.Status.SUCCESS:
-            raise HarnessError(f"kernel config failed: {r.message}")
-        r = build.build(req)
-        if r.status is not build.Status.SUCCESS:
-            raise HarnessError(f"kernel build failed:\n{r.message}",
-                               "fix the series in build/src, then ./xpfo build")
-    initramfs.build(LAYOUT)
+    # a second ./xpfo started while one builds waits for it, then boots
+    # what it built, rather than running make over the same objects
+    with build.lock(req):
+        if force_build or not build.is_current(req):
+            r = build.configure(req)
+            if r.status is not build.Status.SUCCESS:
+                raise HarnessError(f"kernel config failed: {r.message}")
+            r = build.build(req)
+            if r.status is not build.Status.SUCCESS:
+                raise HarnessError(f"kernel build failed:\n{r.message}",
+                                   "fix the series in build/src, then ./xpfo build")
+        initramfs.build(LAYOUT)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -146,7 +149,7 @@ def attack_steps(cpus: int, disk: bool = True) -> List[str]:
     symlink step checks tmpfs and ramfs then, and ret2dir skips nothing:
     its page-cache variant is judged n/a)."""
     return ["info", *(["disk"] if disk else []), "symlink", *attacks.lkdtm_steps(cpus, disk),
-            attacks.RET2DIR_STEP, "vmstat"]
+            attacks.RET2DIR_STEP, *judge.GLOBAL_STEPS, "vmstat"]
 
 
 def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True,
@@ -596,8 +599,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--modes", nargs="+", choices=BENCH_MODES + modes.PGT_RUN_MODES,
                     default=list(BENCH_MODES),
                     help="'vanilla' is the same configuration built without the series; "
-                    "the pgt- modes add pgtprot= (pgt-batched-wp: CR0.WP clear for a whole "
-                    "lazy-MMU section, to compare with pgt-batched)")
+                    "the pgt- modes add pgtprot= (pgt-eager: a protection-key switch pair "
+                    "per page-table store, to compare with pgt-batched's pair per section)")
     sp.add_argument("--cpus", nargs="+", type=positive, default=None,
                     help="vCPU counts (default: 1 2 4 8 up to the host's cores; more are "
                     "run when asked, marked oversubscribed and not judged)")

@@ -127,15 +127,33 @@ KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batch",),
                    "xpfo_test_freed_thp_cleared": ("sync", "deferred")}
 # The pgtprot suite, judged the same way on the pgtprot part of the mode.
 PGT_KUNIT_SUITE = "pgtprot"
-_PGT_SECTIONS = ("batched", "batched-wp")
+_PGT_SECTIONS = ("batched",)
 # xpfo cases that need pgtprot's sections as well: they must run where the
 # mode's pgtprot part is one of these (and its XPFO part protects)
 KUNIT_PGT_ONLY = {"xpfo_test_slots_one_window": _PGT_SECTIONS,
                   "xpfo_test_iter_atomic_one_window": _PGT_SECTIONS}
 PGT_KUNIT_MODE_ONLY = {"pgtprot_test_section_window": _PGT_SECTIONS,
                        "pgtprot_test_irq_in_section": _PGT_SECTIONS,
-                       "pgtprot_test_section_pins_cpu": _PGT_SECTIONS,
-                       "pgtprot_test_slots_overflow": _PGT_SECTIONS}
+                       "pgtprot_test_section_pins_cpu": _PGT_SECTIONS}
+
+
+# The direct map's global bit after CPA round trips: every case passes in
+# every mode, xpfo=off included (the policy is the kernel's, not XPFO's).
+GLOBAL_KUNIT_SUITE = "xpfo_global"
+
+
+def kunit_global(con: Console, run_mode: str) -> Verdict:
+    cases = [c for c in con.ktap if c.suite == GLOBAL_KUNIT_SUITE]
+    name = f"KUnit {GLOBAL_KUNIT_SUITE} suite, {modes.label(run_mode)}"
+    if not cases:
+        return Verdict(Status.FAILURE, (f"{name}: did not run",))
+    bad = []
+    plan = con.ktap_plans.get(GLOBAL_KUNIT_SUITE)
+    if plan is not None and len(cases) != plan:
+        bad.append(f"{name}: {len(cases)} of its {plan} cases reported")
+    bad += [f"{name}: {c.name} {'failed' if c.status == 'fail' else 'skipped'}"
+            for c in cases if c.status != "pass"]
+    return _failure(bad)
 
 
 def kunit_counts(con: Console, suite: str = KUNIT_SUITE) -> Dict[str, int]:
@@ -193,23 +211,33 @@ def attack_run(run: qemu.Run, mode: str, cpus: int, with_kunit: bool = True) -> 
     """A boot of the attack tests (and the KUnit suite) in one mode."""
     con = run.console
     # a machine without a disk does not run the tests that need one
-    verdicts = attacks.judge_all(con, mode, cpus, disk=run.machine.kind.has_disk)
+    kind = run.machine.kind
+    verdicts = attacks.judge_all(con, mode, cpus, disk=kind.has_disk, pks=kind.has_pks)
     parts = [boot(run, allowed_steps=attack_steps(cpus)),
              _failure([f"{v.test} ({modes.label(mode)}): {v.detail}"
                        for v in verdicts if not v.passed])]
+    if GLOBAL_STEPS[0] in con.steps:
+        parts.append(_failure(global_reasons(con)))
     counts: Dict[str, Dict[str, int]] = {}
     if with_kunit:
         parts.append(kunit(con, mode))
         counts[KUNIT_SUITE] = kunit_counts(con)
+        parts.append(kunit_global(con, mode))
+        counts[GLOBAL_KUNIT_SUITE] = kunit_counts(con, GLOBAL_KUNIT_SUITE)
         # a kernel without pgtprot has no suite: required only where it is on
+        # where pgtprot was refused (no PKS: judged with the attacks above)
+        # its suite skips itself as with pgtprot off
+        pgt_mode = mode if attacks.pgt_refused(con) is None else modes.xpfo(mode)
         if modes.pgt(mode) != "off" or any(c.suite == PGT_KUNIT_SUITE for c in con.ktap):
-            parts.append(kunit(con, mode, PGT_KUNIT_SUITE))
+            parts.append(kunit(con, pgt_mode, PGT_KUNIT_SUITE))
             counts[PGT_KUNIT_SUITE] = kunit_counts(con, PGT_KUNIT_SUITE)
     return AttackRun(worst(parts), verdicts, counts.get(KUNIT_SUITE, {}),
                      counts.get(PGT_KUNIT_SUITE, {}))
 
 
-AUDIT_BAD = ("mapped_user", "absent_kernel")
+# global_stray: present direct-map entries whose global bit is not the
+# kernel's policy (global with PGE and without PTI), in every mode
+AUDIT_BAD = ("mapped_user", "absent_kernel", "global_stray")
 # kept frames counted on the free lists against the kernel's running count
 # (the audit's kept_counted, debugfs xpfo/kept): frames that change hands
 # between the drain and the walk (the audit's own reader, a kworker) may
@@ -235,13 +263,38 @@ def hotplug(con: Console) -> Dict[str, int]:
                  if isinstance(r.get("hotplug"), dict)), {})
 
 
+# CPA round trips driven from userspace (memfd_secret()), then the audit's
+# count of direct-map entries whose global bit is off the kernel's policy
+GLOBAL_STEPS = ("sh:secret", "audit:cpa")
+
+
+def global_reasons(con: Console) -> List[str]:
+    """After the GLOBAL_STEPS: the secret program did its round trips (or
+    the kernel has no memfd_secret) and the audit found no stray entry."""
+    st = con.steps.get(GLOBAL_STEPS[0])
+    res = next((r["secret"] for r in (st.results if st else []) if "secret" in r), None)
+    if res is None:
+        return [f"{GLOBAL_STEPS[0]}: no result"]
+    reasons = []
+    if res.get("status") not in ("pass", "unsupported"):
+        reasons.append(f"{GLOBAL_STEPS[0]}: {res.get('status')}")
+    a = audits(con).get("cpa", {})
+    if a is not None and a.get("global_stray") != 0:
+        reasons.append("direct-map audit after memfd_secret round trips: "
+                       f"global_stray {a.get('global_stray')} (present entries whose "
+                       "global bit is off the policy)")
+    return reasons
+
+
 def audit_reasons(con: Console) -> List[str]:
     """Each audit that found a frame whose direct-map entry and owner disagree."""
     reasons = []
     for label, a in audits(con).items():
         if a is None:
             continue
-        bad = {k: a.get(k) for k in AUDIT_BAD if a.get(k) != 0}
+        # global_stray is absent from the audits of kernels before it
+        bad = {k: a.get(k) for k in AUDIT_BAD
+               if a.get(k) != 0 and (k in a or k != "global_stray")}
         if bad:
             reasons.append(f"direct-map audit after {label}: "
                            + ", ".join(f"{k} {v}" for k, v in bad.items()))

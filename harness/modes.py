@@ -10,11 +10,11 @@ from typing import List, Tuple
 from .errors import HarnessError
 
 XPFO_MODES = ("off", "sync", "deferred", "batch", "strict")
-PGT_MODES = ("off", "eager", "batched", "batched-wp")
+PGT_MODES = ("off", "eager", "batched")
 # pgtprot modes the commands offer, alone and combined with strict XPFO;
-# batched-wp (CR0.WP clear for a whole lazy-MMU section) is the candidate
-# batched is measured against
-PGT_RUN_MODES = ("pgt-eager", "pgt-batched", "pgt-batched-wp", "strict+pgt-batched")
+# eager (a protection-key switch pair per store) is what batched (a pair per
+# lazy-MMU section) is measured against
+PGT_RUN_MODES = ("pgt-eager", "pgt-batched", "strict+pgt-batched")
 ALL_MODES = XPFO_MODES + PGT_RUN_MODES
 
 

@@ -123,7 +123,7 @@ def test_unknown_mode_warns_and_stays_off(kernel):
     assert r.console.steps["info"].results[0]["pgtprot_mode"] == "off"
     assert any("xpfo: unknown mode 'bogus' (accepted: off, sync, deferred, batch, strict)" in x
                for x in r.console.lines)
-    assert any("pgtprot: unknown mode 'bogus' (accepted: off, eager, batched, batched-wp)" in x
+    assert any("pgtprot: unknown mode 'bogus' (accepted: off, eager, batched)" in x
                for x in r.console.lines)
 
 

@@ -209,12 +209,13 @@ def _fake_guest(monkeypatch, lines: List[str]) -> None:
 def _attack_log(kunit: List[str]) -> List[str]:
     # every attack step runs and the runner finishes: only KUnit decides
     text = (DATA / "xpfo_off.log").read_text()
-    return _ktap(*kunit) + text.splitlines()
+    return (_ktap(*kunit) + _ktap_suite("xpfo_global", "ok 1 global_case")
+            + text.splitlines())
 
 
 def test_cmd_test_fails_on_kunit_with_xpfo_off(monkeypatch, capsys):
     from harness import attacks, cli
-    monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus, disk=True: [])
+    monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus, disk=True, pks=True: [])
     _fake_guest(monkeypatch, _attack_log(["ok 1 a # SKIP off"]))
     assert cli.main(["test", "--modes", "off"]) == 0
     _fake_guest(monkeypatch, _attack_log(["not ok 1 a"]))
@@ -226,7 +227,7 @@ def test_cmd_demo_fails_on_kunit_and_on_benchmark_failures(monkeypatch, capsys):
     from types import SimpleNamespace
 
     from harness import attacks, cli
-    monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus, disk=True: [])
+    monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus, disk=True, pks=True: [])
     bench = SimpleNamespace(failures=[])
     monkeypatch.setattr(cli, "run_bench", lambda *a, **kw: bench)
     good = {"off": ["ok 1 a # SKIP off"], "on": ["ok 1 a"]}
@@ -245,3 +246,46 @@ def test_cmd_demo_fails_on_kunit_and_on_benchmark_failures(monkeypatch, capsys):
     bench.failures = [{"workload": "fork", "mode": "sync", "cpus": 2, "reason": "WARNING: x"}]
     assert cli.main(["demo"]) == 1
     assert "FAIL: benchmark fork xpfo=sync 2 vCPUs: WARNING: x" in capsys.readouterr().out
+
+
+def _ktap_suite(suite: str, *cases: str) -> List[str]:
+    return (["KTAP version 1", "1..1", "    KTAP version 1", f"    # Subtest: {suite}",
+             f"    1..{len(cases)}"] + [f"    {c}" for c in cases] + [f"ok 1 {suite}"])
+
+
+def test_global_kunit_suite_must_pass_in_every_mode():
+    ok = console.parse(_ktap_suite("xpfo_global", "ok 1 a", "ok 2 b"))
+    for mode in ("off", "sync", "strict", "pgt-batched"):
+        assert judge.kunit_global(ok, mode).passed
+    failed = console.parse(_ktap_suite("xpfo_global", "ok 1 a", "not ok 2 b"))
+    v = judge.kunit_global(failed, "off")
+    assert not v.passed and "b failed" in v.reasons[0]
+    skipped = console.parse(_ktap_suite("xpfo_global", "ok 1 a # SKIP why"))
+    assert "a skipped" in judge.kunit_global(skipped, "strict").reasons[0]
+    assert "did not run" in judge.kunit_global(console.parse([]), "off").reasons[0]
+
+
+def _global_run(secret: str, audit: str) -> List[str]:
+    return ["KTAP version 1", "1..2",
+            "# XH-STEP-BEGIN sh:secret", f"RESULT {secret}", "ok 1 sh:secret",
+            "# XH-STEP-BEGIN audit:cpa", f"RESULT {audit}", "ok 2 audit:cpa", "# XH-DONE"]
+
+
+def test_global_stray_entries_after_memfd_secret_fail_the_run():
+    secret = '{"secret": {"pages": 256, "rounds": 4, "status": "pass"}}'
+    clean = '{"label": "cpa", "audit": {"frames": 9, "global_stray": 0}}'
+    stray = '{"label": "cpa", "audit": {"frames": 9, "global_stray": 1024}}'
+    assert judge.global_reasons(console.parse(_global_run(secret, clean))) == []
+    r = judge.global_reasons(console.parse(_global_run(secret, stray)))
+    assert len(r) == 1 and "global_stray 1024" in r[0]
+    # no memfd_secret in the kernel is not a failure; a failed program is
+    none = '{"secret": {"pages": 256, "rounds": 4, "status": "unsupported"}}'
+    assert judge.global_reasons(console.parse(_global_run(none, clean))) == []
+    bad = '{"secret": {"pages": 256, "rounds": 4, "status": "fail"}}'
+    assert "sh:secret: fail" in judge.global_reasons(console.parse(_global_run(bad, clean)))[0]
+    # an audit that did not report counts as a failure, not a pass
+    missing = console.parse(_global_run(secret, '{"label": "other", "audit": {}}'))
+    assert any("global_stray None" in x for x in judge.global_reasons(missing))
+    # and the stress audits count it too
+    assert any("global_stray 1024" in x
+               for x in judge.audit_reasons(console.parse(_global_run(secret, stray))))

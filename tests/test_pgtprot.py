@@ -12,7 +12,7 @@ from harness.errors import HarnessError
 PTE = "lkdtm:PGTPROT_WRITE_PTE"
 PMD = "lkdtm:PGTPROT_WRITE_PMD"
 OOPS = ["BUG: unable to handle page fault for address: ffff888003a1c008",
-        "pgtprot: write to a read-only page-table page at ffff888003a1c008 (pfn 0x3a1c), "
+        "pgtprot: write to a page-table page (pfn 0x3a1c) denied by protection key 1, "
         "pgtprot=batched",
         "#PF: supervisor write access in kernel mode",
         "---[ end trace 0000000000000000 ]---"]
@@ -25,9 +25,10 @@ def test_mode_names():
     assert modes.params("sync") == ["xpfo=sync"]
     assert modes.params("strict+pgt-batched") == ["xpfo=strict", "pgtprot=batched"]
     assert modes.label("pgt-batched") == "xpfo=off pgtprot=batched"
-    assert modes.params("pgt-batched-wp") == ["xpfo=off", "pgtprot=batched-wp"]
+    assert modes.params("pgt-eager") == ["xpfo=off", "pgtprot=eager"]
     assert modes.label("vanilla") == "vanilla"
-    for bad in ("pgt-off", "pgt-bogus", "strict+sync", "nope", "strict+pgt-eager+pgt-batched"):
+    for bad in ("pgt-off", "pgt-bogus", "pgt-batched-wp", "strict+sync", "nope",
+                "strict+pgt-eager+pgt-batched"):
         with pytest.raises(HarnessError):
             modes.split(bad)
 
@@ -87,14 +88,13 @@ def _ktap(*cases: str) -> List[str]:
 
 def test_pgtprot_kunit_rules():
     batched_only = "pgtprot_test_section_window"
-    con = console.parse(_ktap("ok 1 pgtprot_test_table_readonly",
+    con = console.parse(_ktap("ok 1 pgtprot_test_table_keyed",
                               f"ok 2 {batched_only} # SKIP needs pgtprot=batched"))
     suite = judge.PGT_KUNIT_SUITE
     assert judge.kunit(con, "pgt-eager", suite).passed
     # the batched-only case must run with pgtprot=batched, XPFO or not
     assert not judge.kunit(con, "pgt-batched", suite).passed
     assert not judge.kunit(con, "strict+pgt-batched", suite).passed
-    assert not judge.kunit(con, "pgt-batched-wp", suite).passed
     # with pgtprot off every case skips itself, whatever XPFO does
     off = console.parse(_ktap("ok 1 a # SKIP needs pgtprot", "ok 2 b # SKIP needs pgtprot"))
     assert judge.kunit(off, "strict", suite).passed
@@ -111,3 +111,27 @@ def test_attack_run_requires_the_pgtprot_suite_only_where_it_is_on():
                for r in on.verdict.reasons)
     off = judge.attack_run(run, "off", cpus=1)
     assert not any("pgtprot suite" in r for r in off.verdict.reasons)
+
+
+def _refused(body: List[str]) -> console.Console:
+    return console.parse(["pgtprot: refused: this CPU has no supervisor protection keys (PKS); "
+                          "pgtprot=batched not enabled, page tables stay writable",
+                          "KTAP version 1", "1..1", f"# XH-STEP-BEGIN {PTE}", *body,
+                          f"ok 1 {PTE}", "# XH-DONE"])
+
+
+def test_a_machine_without_pks_must_refuse_pgtprot_and_say_so():
+    # no PKS: the kernel refuses, the store lands as with pgtprot off
+    v = attacks.judge_pgt(_refused(_landed_pte()), PTE, "PGTPROT_WRITE_PTE", "pgt-batched",
+                          pks=False)
+    assert v.passed and v.detail.startswith(attacks.REFUSED) and "attack works" in v.detail
+    # a refusal where the machine has PKS is a failure
+    v = attacks.judge_pgt(_refused(_landed_pte()), PTE, "PGTPROT_WRITE_PTE", "pgt-batched")
+    assert not v.passed and "refused on a machine with PKS" in v.detail
+    # no PKS and no refusal line: not judged as a pass either
+    v = attacks.judge_pgt(_step(PTE, _landed_pte()), PTE, "PGTPROT_WRITE_PTE", "pgt-eager",
+                          pks=False)
+    assert not v.passed and "not refused" in v.detail
+    # with pgtprot off the machine makes no difference
+    assert attacks.judge_pgt(_step(PTE, _landed_pte()), PTE, "PGTPROT_WRITE_PTE", "strict",
+                             pks=False).passed
