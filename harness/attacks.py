@@ -27,7 +27,8 @@ OPEN_MODES = ("off",)
 # Cells that a mode cannot pass by design: the read is expected to succeed,
 # and the result says so instead of hiding it.
 _DEFERRED_WHY = ("deferred leaves the alias in other CPUs' TLBs until they switch context, "
-                 "enter from user mode or leave idle; the reader spins in the kernel")
+                 "enter the kernel (from user mode, or by an interrupt) or leave idle; "
+                 "the reader spins in the kernel")
 _BATCH_WHY = ("batch hands a frame reused hot from the per-CPU list to userspace with "
               "deferred mode's flush only (measured in issue 11: 63-64 of 64 such frames "
               "readable); only a refill is flushed everywhere at once")

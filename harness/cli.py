@@ -116,6 +116,15 @@ def _check_machine(name: str, steps: Sequence[str] = (), install: bool = True) -
     return kind
 
 
+def _check_disk_machine(name: str, what: str) -> machines.Kind:
+    """A command that needs the scratch disk runs on a QEMU machine only."""
+    kind = _check_machine(name, install=False)
+    if not kind.has_disk:
+        raise HarnessError(f"{what} need a disk, and machine {kind.name} has none (no virtio)",
+                           "use --machine qemu or qemu-pti")
+    return kind
+
+
 def cmd_boot(args: argparse.Namespace) -> int:
     # --dry-run builds and installs nothing: it prints what a run would do
     kind = _check_machine(args.machine, args.steps, install=not args.dry_run)
@@ -244,7 +253,8 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def run_stress(mode: str, cpus: int, seconds: int, mem_mb: int) -> dict:
+def run_stress(mode: str, cpus: int, seconds: int, mem_mb: int,
+               machine: str = machines.DEFAULT) -> dict:
     # Memory offline/online first, on a fresh system, in a ZONE_MOVABLE
     # (movablecore=) with at least one whole block: a block the kernel has
     # put unmovable pages in, or the top block with its e820 hole, refuses.
@@ -254,14 +264,16 @@ def run_stress(mode: str, cpus: int, seconds: int, mem_mb: int) -> dict:
                                     f"stress:{seconds}", "audit:stress"], cpus=cpus,
                              mem_mb=mem_mb,
                              params=modes.params(mode) + ["movablecore=50%", "nokaslr"],
-                             timeout=seconds * 3 + 420, disk=True, label=f"stress-{mode}")
+                             timeout=seconds * 3 + 420, disk=True, machine=machine,
+                             label=f"stress-{mode}"
+                             + ("" if machine == machines.DEFAULT else f"-{machine}"))
     r = guest.run(req)
     con = r.console
     step = con.steps.get(f"stress:{seconds}")
     results = step.results if step else []
     verdict = judge.stress_run(r, f"stress:{seconds}")
     return {
-        "mode": mode, "cpus": cpus, "seconds": seconds, "mem_mb": mem_mb,
+        "mode": mode, "cpus": cpus, "seconds": seconds, "mem_mb": mem_mb, "machine": machine,
         "outcome": r.outcome.value, "log": str(r.log), "workers": results,
         "counters": next((x.get("counters") for x in results if "counters" in x), {}),
         "audits": judge.audits(con),
@@ -273,8 +285,9 @@ def run_stress(mode: str, cpus: int, seconds: int, mem_mb: int) -> dict:
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
+    _check_disk_machine(args.machine, "the stress step and its memory hotplug")
     ensure_kernel(args)
-    res = run_stress(args.mode, args.cpus, args.seconds, args.mem)
+    res = run_stress(args.mode, args.cpus, args.seconds, args.mem, args.machine)
     for w in res["workers"]:
         if "worker" in w:
             printer.raw(f"  {w['worker']:10} {w.get('status', '?'):5} "
@@ -283,7 +296,9 @@ def cmd_stress(args: argparse.Namespace) -> int:
         printer.raw(f"FAIL: {reason}")
     printer.raw(f"counters: {json.dumps(res['counters'], sort_keys=True)}")
     res["command"] = (f"./xpfo stress --mode {args.mode} --cpus {args.cpus} "
-                      f"--seconds {args.seconds} --mem {args.mem}")
+                      f"--seconds {args.seconds} --mem {args.mem}"
+                      + ("" if args.machine == machines.DEFAULT
+                         else f" --machine {args.machine}"))
     res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     _write_json(LAYOUT.out / f"stress-{args.mode}.json", res)
     printer.info("stress", f"{'passed' if res['passed'] else 'FAILED'}: {res['outcome']}, "
@@ -400,6 +415,7 @@ def cmd_selftests(args: argparse.Namespace) -> int:
             "command": "./xpfo selftests --from-logs " + " ".join(map(str, logs))}, {})
         _write_json(LAYOUT.out / "selftests.json", data)
         return 0 if data["passed"] else 1
+    _check_disk_machine(args.machine, "the mm selftests")
     if args.kernel:
         image = Path(args.kernel).resolve()
         if not image.is_file():
@@ -410,9 +426,10 @@ def cmd_selftests(args: argparse.Namespace) -> int:
         ensure_kernel(args)
         kernel, commit = None, series_commit()
     command = ("./xpfo selftests --modes " + " ".join(args.modes) + f" --cpus {args.cpus}"
-               + (f" --parallel {args.parallel}" if args.parallel > 1 else ""))
+               + (f" --parallel {args.parallel}" if args.parallel > 1 else "")
+               + ("" if args.machine == machines.DEFAULT else f" --machine {args.machine}"))
     data = selftests.run_suite(args.modes, args.cpus, kernel, jobs=args.jobs,
-                               parallel=args.parallel, meta={
+                               parallel=args.parallel, machine=args.machine, meta={
         "command": command + (f" --kernel {args.kernel}" if args.kernel else ""),
         "series_commit": commit, "kernel_image": str(kernel or LAYOUT.bzimage)})
     _write_json(LAYOUT.out / "selftests.json", data)
@@ -595,6 +612,8 @@ def parser() -> argparse.ArgumentParser:
     guest_opts(sp, cpus=4)
     sp.add_argument("--mode", choices=ALL_MODES, default="sync")
     sp.add_argument("--seconds", type=positive, default=300)
+    sp.add_argument("--machine", default=machines.DEFAULT, metavar="KIND",
+                    help="a QEMU machine kind (qemu, qemu-pti): the step needs the disk")
     sp = add("bench", cmd_bench, "side-by-side benchmark of the modes, tables and plots")
     sp.add_argument("--modes", nargs="+", choices=BENCH_MODES + modes.PGT_RUN_MODES,
                     default=list(BENCH_MODES),
@@ -625,6 +644,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--kernel", help="boot this bzImage as it is (no ensure_kernel)")
     sp.add_argument("--parallel", type=positive, default=1,
                     help="guests at a time, one mode each (at most host cores / --cpus)")
+    sp.add_argument("--machine", default=machines.DEFAULT, metavar="KIND",
+                    help="a QEMU machine kind (qemu, qemu-pti): the programs live on the disk")
     sp.add_argument("--from-logs", nargs="+", metavar="LOG",
                     help="rebuild the table from saved guest logs (...-selftests-MODE.log)")
     sp.add_argument("--jobs", type=positive, default=None, help="make -j")

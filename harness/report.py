@@ -21,10 +21,12 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             # the huge-page policy, visible: a 4K workload has about 1000 page
             # faults per 1000 pages, a THP one about 2 THP faults
             ("pgfault", "page faults"), ("thp_fault_alloc", "THP faults"),
-            # pgtprot: write windows opened, page-table pages opened in them
-            # (summed over what they were for), entry stores through them
-            ("pgtprot_windows", "pgt windows"), ("pgtprot_pages", "pgt pages opened"),
-            ("pgtprot_writes", "pgt stores"), ("pgtprot_protect", "pgt tables protected"),
+            # pgtprot: write windows opened, page-table stores in them
+            # (summed over what they were for), entry stores through a
+            # window, and the IA32_PKRS writes that opened and closed them
+            ("pgtprot_windows", "pgt windows"), ("pgtprot_pages", "pgt stores in windows"),
+            ("pgtprot_writes", "pgt stores"), ("pgtprot_pkrs_switch", "PKRS switches"),
+            ("pgtprot_protect", "pgt tables protected"),
             # page tables handed out from pgtprot's pool: no protect, no flush
             ("pgtprot_pool_reuse", "pgt tables from pool")]
 
@@ -293,17 +295,18 @@ def tables(data) -> str:
             for m in modes:
                 samples = list((idx.get((w, cpus, m)) or {}).values())
                 per = [(counter(x, "pgtprot_windows") / forks(x),
+                        counter(x, "pgtprot_pkrs_switch") / forks(x),
                         counter(x, "pgtprot_protect") / forks(x))
                        for x in samples if forks(x) and counter(x, "pgtprot_windows")]
                 if per:
-                    wm = statistics.median(p[0] for p in per)
-                    pm = statistics.median(p[1] for p in per)
-                    rows.append(f"| {w} | {m} | {_fmt(wm)} | {_fmt(pm)} |")
+                    wm, sm_, pm = (statistics.median(p[i] for p in per) for i in range(3))
+                    rows.append(f"| {w} | {m} | {_fmt(wm)} | {_fmt(sm_)} | {_fmt(pm)} |")
         if rows:
             out.append("pgtprot per fork (the fork and its child's exit), median over "
                        "rounds:\n")
-            out.append("| workload | mode | write windows | page tables made read-only |")
-            out.append("|---|---|---|---|")
+            out.append("| workload | mode | write windows | PKRS switches | "
+                       "page tables given the key |")
+            out.append("|---|---|---|---|---|")
             out += rows
             out.append("")
     if getattr(data, "windows", None):

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import console, deps, guest, initramfs, printer, qemu
+from . import console, deps, guest, initramfs, machines, printer, qemu
 from . import modes as modes_
 from .errors import HarnessError
 from .paths import LAYOUT, Layout
@@ -318,7 +318,8 @@ def archive(req: BuildRequest, programs: Sequence[Program], layout: Layout = LAY
 
 
 def run_mode(mode: str, programs: Sequence[Program], initrd: Path, kernel: Optional[Path],
-             cpus: int, layout: Layout = LAYOUT, max_boots: int = 6) -> dict:
+             cpus: int, layout: Layout = LAYOUT, max_boots: int = 6,
+             machine: str = machines.DEFAULT) -> dict:
     """Every program in one mode; after a crash, boot again past the culprit."""
     outcomes: List[str] = []
     logs: List[str] = []
@@ -331,7 +332,9 @@ def run_mode(mode: str, programs: Sequence[Program], initrd: Path, kernel: Optio
         req = guest.GuestRequest(steps=["info", f"{STEP}:{start}"], cpus=cpus,
                                  mem_mb=GUEST_MEM_MB, params=modes_.params(mode),
                                  timeout=deadline, kernel=kernel, disk=True,
-                                 label=f"selftests-{mode}" + (f"-{boot}" if boot else ""))
+                                 machine=machine,
+                                 label=f"selftests-{mode}" + (f"-{boot}" if boot else "")
+                                 + ("" if machine == machines.DEFAULT else f"-{machine}"))
         m = dataclasses.replace(guest.machine(req, layout), initrd=initrd)
         log = guest.log_path(layout, req.label)
         printer.info("selftests", f"{modes_.label(mode)}: programs "
@@ -597,7 +600,8 @@ def table(modes: Dict[str, dict], base: str = "off") -> str:
 # ---------------------------------------------------------------- suite
 
 def run_suite(modes: Sequence[str], cpus: int, kernel: Optional[Path], meta: dict,
-              layout: Layout = LAYOUT, jobs: Optional[int] = None, parallel: int = 1) -> dict:
+              layout: Layout = LAYOUT, jobs: Optional[int] = None, parallel: int = 1,
+              machine: str = machines.DEFAULT) -> dict:
     """Build (when the tree changed), run every mode, compare with off.
 
     `parallel` guests at a time (each its own mode); keep it at most the
@@ -617,11 +621,12 @@ def run_suite(modes: Sequence[str], cpus: int, kernel: Optional[Path], meta: dic
     initrd = archive(req, programs, layout)
     start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-        futures = {mode: pool.submit(run_mode, mode, programs, initrd, kernel, cpus, layout)
+        futures = {mode: pool.submit(run_mode, mode, programs, initrd, kernel, cpus, layout,
+                                     machine=machine)
                    for mode in modes}
         runs = {mode: f.result() for mode, f in futures.items()}
     return summarize(runs, dict(meta, elapsed=round(time.monotonic() - start), cpus=cpus,
-                                mem_mb=GUEST_MEM_MB, parallel=parallel),
+                                mem_mb=GUEST_MEM_MB, parallel=parallel, machine=machine),
                      {"built": b.built, "failed": b.failed, "not_run": NOT_RUN,
                       "stamp": b.stamp})
 

@@ -26,3 +26,15 @@ def test_parse_judges_a_saved_log(capsys):
     out = capsys.readouterr().out
     assert "incident bug during lkdtm:XPFO_READ_USER" in out
     assert "PASS XPFO_READ_USER (sync)" in out
+
+
+@pytest.mark.parametrize("argv", [["stress", "--machine", "bochs-tgl"],
+                                  ["selftests", "--machine", "bochs-2cpu"],
+                                  ["stress", "--machine", "nosuch"]])
+def test_disk_commands_refuse_a_machine_without_a_disk(argv, capsys, monkeypatch):
+    # refused before anything is built or booted
+    monkeypatch.setattr(cli, "ensure_kernel", lambda args: pytest.fail("built"))
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1
+    assert "no disk" in err or "has none" in err or "unknown machine" in err
