@@ -299,3 +299,12 @@ def test_bochs_that_cannot_start_says_why(tmp_path, fake_bochs):
     r = bochs.run(m, timeout=10, log=tmp_path / "out.log")
     assert r.outcome is qemu.Outcome.QEMU_FAILED
     assert "unknown directive" in r.message and "out.log.bochs" in r.message
+
+
+def test_kunit_cases_that_need_two_cpus_may_skip_on_one():
+    con = console.parse(["KTAP version 1", "1..1", "    KTAP version 1", "    # Subtest: xpfo",
+                         "    1..2", "    ok 1 xpfo_test_unmap",
+                         "    ok 2 xpfo_test_remote_migrate # SKIP needs two CPUs", "ok 1 xpfo"])
+    assert judge.kunit(con, "strict", cpus=1).passed
+    v = judge.kunit(con, "strict", cpus=2)
+    assert v.reasons == ("KUnit xpfo suite, xpfo=strict: xpfo_test_remote_migrate skipped",)
