@@ -538,8 +538,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
     plan = f" ({con.reported} of {con.planned} steps)" if con.planned is not None else ""
     printer.raw(f"runner finished: {'yes' if con.runner_finished() else 'no'}{plan}")
     if args.mode:
-        disk = machines.get(args.machine).has_disk
-        for v in attacks.judge_all(con, args.mode, args.cpus, disk=disk):
+        kind = machines.get(args.machine)
+        for v in attacks.judge_all(con, args.mode, args.cpus, disk=kind.has_disk,
+                                   pks=kind.has_pks):
             printer.raw(f"{'PASS' if v.passed else 'FAIL'} {v.test} ({v.mode}): {v.detail}")
     return 0
 

@@ -228,16 +228,17 @@ def attack_run(run: qemu.Run, mode: str, cpus: int, with_kunit: bool = True) -> 
         parts.append(_failure(global_reasons(con)))
     counts: Dict[str, Dict[str, int]] = {}
     if with_kunit:
-        parts.append(kunit(con, mode, cpus=cpus))
+        # where pgtprot was refused (no PKS: judged with the attacks above)
+        # the suites run as with pgtprot off: its suite skips itself, and so
+        # do the xpfo cases that need its sections
+        effective = mode if attacks.pgt_refused(con) is None else modes.xpfo(mode)
+        parts.append(kunit(con, effective, cpus=cpus))
         counts[KUNIT_SUITE] = kunit_counts(con)
         parts.append(kunit_global(con, mode))
         counts[GLOBAL_KUNIT_SUITE] = kunit_counts(con, GLOBAL_KUNIT_SUITE)
         # a kernel without pgtprot has no suite: required only where it is on
-        # where pgtprot was refused (no PKS: judged with the attacks above)
-        # its suite skips itself as with pgtprot off
-        pgt_mode = mode if attacks.pgt_refused(con) is None else modes.xpfo(mode)
         if modes.pgt(mode) != "off" or any(c.suite == PGT_KUNIT_SUITE for c in con.ktap):
-            parts.append(kunit(con, pgt_mode, PGT_KUNIT_SUITE))
+            parts.append(kunit(con, effective, PGT_KUNIT_SUITE))
             counts[PGT_KUNIT_SUITE] = kunit_counts(con, PGT_KUNIT_SUITE)
     return AttackRun(worst(parts), verdicts, counts.get(KUNIT_SUITE, {}),
                      counts.get(PGT_KUNIT_SUITE, {}))
