@@ -175,6 +175,13 @@ def test_stress_run_checks_the_kept_count_against_the_free_lists():
     assert not v.passed
     assert ("direct-map audit after stress: 40000 kept frames on the free lists, "
             "the running count says 30000") in v.reasons
+    # frames in flight at the first reading: the second one decides
+    first = (kept % 39700)[:-1]
+    settled = first + ', "kept_reread": 40100, "kept_counted_reread": 40100}'
+    assert judge.stress_run(_stress_with(settled), "stress:5").passed
+    stays = first + ', "kept_reread": 40000, "kept_counted_reread": 39700}'
+    v = judge.stress_run(_stress_with(stays), "stress:5")
+    assert not v.passed and any("(read twice)" in r for r in v.reasons)
 
 
 def test_stress_run_fails_when_no_memory_block_was_cycled():
