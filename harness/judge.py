@@ -142,15 +142,23 @@ PGT_KUNIT_MODE_ONLY = {"pgtprot_test_section_window": _PGT_SECTIONS,
 GLOBAL_KUNIT_SUITE = "xpfo_global"
 
 
-def kunit_global(con: Console, run_mode: str) -> Verdict:
-    cases = [c for c in con.ktap if c.suite == GLOBAL_KUNIT_SUITE]
-    name = f"KUnit {GLOBAL_KUNIT_SUITE} suite, {modes.label(run_mode)}"
+def _suite(con: Console, suite: str, name: str) -> Tuple[list, List[str]]:
+    """A KUnit suite's cases, and what is wrong with how they reported:
+    none did, or fewer than the suite's plan."""
+    cases = [c for c in con.ktap if c.suite == suite]
     if not cases:
-        return Verdict(Status.FAILURE, (f"{name}: did not run",))
-    bad = []
-    plan = con.ktap_plans.get(GLOBAL_KUNIT_SUITE)
+        return cases, [f"{name}: did not run"]
+    plan = con.ktap_plans.get(suite)
     if plan is not None and len(cases) != plan:
-        bad.append(f"{name}: {len(cases)} of its {plan} cases reported")
+        return cases, [f"{name}: {len(cases)} of its {plan} cases reported"]
+    return cases, []
+
+
+def kunit_global(con: Console, run_mode: str) -> Verdict:
+    name = f"KUnit {GLOBAL_KUNIT_SUITE} suite, {modes.label(run_mode)}"
+    cases, bad = _suite(con, GLOBAL_KUNIT_SUITE, name)
+    if not cases:
+        return _failure(bad)
     bad += [f"{name}: {c.name} {'failed' if c.status == 'fail' else 'skipped'}"
             for c in cases if c.status != "pass"]
     return _failure(bad)
@@ -177,14 +185,10 @@ def kunit(con: Console, run_mode: str, suite: str = KUNIT_SUITE, cpus: int = 2) 
     pgt = suite == PGT_KUNIT_SUITE
     mode = modes.pgt(run_mode) if pgt else modes.xpfo(run_mode)
     only = PGT_KUNIT_MODE_ONLY if pgt else KUNIT_MODE_ONLY
-    cases = [c for c in con.ktap if c.suite == suite]
     name = f"KUnit {suite} suite, {'pgtprot' if pgt else 'xpfo'}={mode}"
+    cases, bad = _suite(con, suite, name)
     if not cases:
-        return Verdict(Status.FAILURE, (f"{name}: did not run",))
-    bad = []
-    plan = con.ktap_plans.get(suite)
-    if plan is not None and len(cases) != plan:
-        bad.append(f"{name}: {len(cases)} of its {plan} cases reported")
+        return _failure(bad)
     bad += [f"{name}: {c.name} failed" for c in cases if c.status == "fail"]
     if mode == "off":
         bad += [f"{name}: {c.name} passed, but with the protection off it must skip itself"
