@@ -198,7 +198,7 @@ class _Port(threading.Thread):
                 return
             with conn:
                 conn.settimeout(0.05)
-                buf = b""
+                lines = qemu.LineBuffer(self.on_line)
                 while True:
                     try:
                         chunk = conn.recv(65536)
@@ -209,12 +209,8 @@ class _Port(threading.Thread):
                         continue
                     if not chunk:
                         break
-                    buf += chunk
-                    *lines, buf = buf.split(b"\n")
-                    for line in lines:
-                        self.on_line(line.decode("utf-8", errors="replace") + "\n")
-                if buf:
-                    self.on_line(buf.decode("utf-8", errors="replace") + "\n")
+                    lines.feed(chunk)
+                lines.flush()
         except BaseException as e:  # reported by the caller's thread
             self.error = e
 

@@ -125,6 +125,26 @@ def stop(proc: "subprocess.Popen[bytes]") -> None:
             continue
 
 
+class LineBuffer:
+    """Bytes in, whole lines out (decoded, newline kept); what is left of a
+    last line without its newline comes out at flush()."""
+
+    def __init__(self, on_line: Callable[[str], None]) -> None:
+        self.on_line = on_line
+        self.buf = b""
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            self.on_line(line.decode("utf-8", errors="replace") + "\n")
+
+    def flush(self) -> None:
+        if self.buf:
+            self.on_line(self.buf.decode("utf-8", errors="replace") + "\n")
+            self.buf = b""
+
+
 class _Tail(threading.Thread):
     """Follow a file that QEMU writes (a serial port), line by line."""
 
@@ -136,23 +156,19 @@ class _Tail(threading.Thread):
         self.error: Optional[BaseException] = None
 
     def run(self) -> None:
-        buf = b""
+        lines = LineBuffer(self.on_line)
         try:
             with open(self.path, "rb") as f:
                 while True:
                     last = self.finish.is_set()
                     chunk = f.read()
                     if chunk:
-                        buf += chunk
-                        *lines, buf = buf.split(b"\n")
-                        for line in lines:
-                            self.on_line(line.decode("utf-8", errors="replace") + "\n")
+                        lines.feed(chunk)
                     elif last:
                         break
                     else:
                         self.finish.wait(0.05)
-            if buf:
-                self.on_line(buf.decode("utf-8", errors="replace") + "\n")
+            lines.flush()
         except BaseException as e:  # reported by the caller's thread
             self.error = e
 
