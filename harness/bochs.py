@@ -172,51 +172,42 @@ def dry_run(m: qemu.Machine, files: Files) -> None:
     printer.command(command(files))
 
 
-class _Port(threading.Thread):
+class _Port(qemu.StreamReader):
     """A serial port that Bochs connects to (mode=socket-client): accept
     one connection on a free port of 127.0.0.1, pass on its lines."""
 
     def __init__(self, on_line: Callable[[str], None]) -> None:
-        super().__init__(daemon=True)
-        self.on_line = on_line
+        super().__init__(on_line)
         self.server = socket.create_server((HOST, 0))
         self.server.settimeout(0.05)
         self.port: int = self.server.getsockname()[1]
-        self.finish = threading.Event()
-        self.error: Optional[BaseException] = None
 
-    def run(self) -> None:
-        try:
-            conn = None
-            while conn is None and not self.finish.is_set():
+    def follow(self, lines: qemu.LineBuffer) -> None:
+        conn = None
+        while conn is None and not self.finish.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except socket.timeout:
+                continue
+        self.server.close()
+        if conn is None:
+            return
+        with conn:
+            conn.settimeout(0.05)
+            while True:
                 try:
-                    conn, _ = self.server.accept()
+                    chunk = conn.recv(65536)
                 except socket.timeout:
-                    continue
-            self.server.close()
-            if conn is None:
-                return
-            with conn:
-                conn.settimeout(0.05)
-                lines = qemu.LineBuffer(self.on_line)
-                while True:
-                    try:
-                        chunk = conn.recv(65536)
-                    except socket.timeout:
-                        # after the finish, what is left has been read
-                        if self.finish.is_set():
-                            break
-                        continue
-                    if not chunk:
+                    # after the finish, what is left has been read
+                    if self.finish.is_set():
                         break
-                    lines.feed(chunk)
-                lines.flush()
-        except BaseException as e:  # reported by the caller's thread
-            self.error = e
+                    continue
+                if not chunk:
+                    break
+                lines.feed(chunk)
 
     def close(self) -> None:
-        self.finish.set()
-        self.join()
+        super().close()
         self.server.close()
 
 

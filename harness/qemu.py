@@ -145,29 +145,24 @@ class LineBuffer:
             self.buf = b""
 
 
-class _Tail(threading.Thread):
-    """Follow a file that QEMU writes (a serial port), line by line."""
+class StreamReader(threading.Thread):
+    """A thread that passes a serial stream's lines to `on_line` until
+    close(); an exception in it is kept in `error` for the caller's thread
+    to report. Subclasses read in `follow()`."""
 
-    def __init__(self, path: Path, on_line: Callable[[str], None]) -> None:
+    def __init__(self, on_line: Callable[[str], None]) -> None:
         super().__init__(daemon=True)
-        self.path = path
         self.on_line = on_line
         self.finish = threading.Event()
         self.error: Optional[BaseException] = None
 
+    def follow(self, lines: LineBuffer) -> None:
+        raise NotImplementedError
+
     def run(self) -> None:
         lines = LineBuffer(self.on_line)
         try:
-            with open(self.path, "rb") as f:
-                while True:
-                    last = self.finish.is_set()
-                    chunk = f.read()
-                    if chunk:
-                        lines.feed(chunk)
-                    elif last:
-                        break
-                    else:
-                        self.finish.wait(0.05)
+            self.follow(lines)
             lines.flush()
         except BaseException as e:  # reported by the caller's thread
             self.error = e
@@ -175,6 +170,26 @@ class _Tail(threading.Thread):
     def close(self) -> None:
         self.finish.set()
         self.join()
+
+
+class _Tail(StreamReader):
+    """Follow a file that QEMU writes (a serial port), line by line."""
+
+    def __init__(self, path: Path, on_line: Callable[[str], None]) -> None:
+        super().__init__(on_line)
+        self.path = path
+
+    def follow(self, lines: LineBuffer) -> None:
+        with open(self.path, "rb") as f:
+            while True:
+                last = self.finish.is_set()
+                chunk = f.read()
+                if chunk:
+                    lines.feed(chunk)
+                elif last:
+                    break
+                else:
+                    self.finish.wait(0.05)
 
 
 def run(machine: Machine, timeout: float, log: Path, echo: bool = False,
