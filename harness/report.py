@@ -21,11 +21,11 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             # the huge-page policy, visible: a 4K workload has about 1000 page
             # faults per 1000 pages, a THP one about 2 THP faults
             ("pgfault", "page faults"), ("thp_fault_alloc", "THP faults"),
-            # pgtprot: write windows opened, page-table stores in them
-            # (summed over what they were for), entry stores through a
-            # window, and the IA32_PKRS writes that opened and closed them
-            ("pgtprot_windows", "pgt windows"), ("pgtprot_pages", "pgt stores in windows"),
-            ("pgtprot_writes", "pgt stores"), ("pgtprot_pkrs_switch", "PKRS switches"),
+            # pgtprot: write windows opened (summed over what they were
+            # for), stores that opened one of their own, and the IA32_PKRS
+            # writes that opened and closed them
+            ("pgtprot_windows", "pgt windows"), ("pgtprot_writes", "pgt eager stores"),
+            ("pgtprot_pkrs_switch", "PKRS switches"),
             ("pgtprot_protect", "pgt tables protected"),
             # page tables handed out from pgtprot's pool: no protect, no flush
             ("pgtprot_pool_reuse", "pgt tables from pool")]
@@ -37,17 +37,21 @@ def counter(s: dict, key: str) -> int:
     c = s["counters"]
     if key == "tlb_local":
         return c.get("nr_tlb_local_flush_one", 0) + c.get("nr_tlb_local_flush_all", 0)
-    if key in ("pgtprot_windows", "pgtprot_pages"):
+    if key == "pgtprot_windows":
         return sum(v for k, v in c.items() if k.startswith(key + "_"))
     return c.get(key, 0)
 
 
-def forks(s: dict) -> float:
-    """How many forks a fork workload's sample timed (value is us/fork over
-    `seconds`); 0 for any other unit."""
-    if s.get("unit") != "us/fork" or not s.get("value") or not s.get("seconds"):
+OP_UNITS = {"us/fork": 1e6, "ms/munmap": 1e3}
+
+
+def ops(s: dict) -> float:
+    """How many operations a fork or munmap workload's sample timed (value
+    is us/fork or ms/munmap over `seconds`); 0 for any other unit."""
+    scale = OP_UNITS.get(s.get("unit", ""))
+    if not scale or not s.get("value") or not s.get("seconds"):
         return 0.0
-    return s["seconds"] * 1e6 / s["value"]
+    return s["seconds"] * scale / s["value"]
 
 
 def user_pages(s: dict) -> int:
@@ -293,20 +297,29 @@ def tables(data) -> str:
         rows = []
         for w in workloads:
             for m in modes:
-                samples = list((idx.get((w, cpus, m)) or {}).values())
-                per = [(counter(x, "pgtprot_windows") / forks(x),
-                        counter(x, "pgtprot_pkrs_switch") / forks(x),
-                        counter(x, "pgtprot_protect") / forks(x))
-                       for x in samples if forks(x) and counter(x, "pgtprot_windows")]
-                if per:
-                    wm, sm_, pm = (statistics.median(p[i] for p in per) for i in range(3))
-                    rows.append(f"| {w} | {m} | {_fmt(wm)} | {_fmt(sm_)} | {_fmt(pm)} |")
+                samples = [x for x in (idx.get((w, cpus, m)) or {}).values()
+                           if counter(x, "pgtprot_pkrs_switch")]
+                if not samples:
+                    continue
+                cols = []
+                for f in (lambda x: counter(x, "pgtprot_windows") / ops(x) if ops(x) else None,
+                          lambda x: (counter(x, "pgtprot_pkrs_switch") / ops(x)
+                                     if ops(x) else None),
+                          lambda x: stats.per_thousand(counter(x, "pgtprot_pkrs_switch"),
+                                                       counter(x, "pgfault")),
+                          lambda x: (counter(x, "pgtprot_pkrs_switch")
+                                     / counter(x, "pgtprot_windows")
+                                     if counter(x, "pgtprot_windows") else None)):
+                    vals = [v for v in map(f, samples) if v is not None]
+                    cols.append(_fmt(statistics.median(vals)) if vals else "-")
+                rows.append(f"| {w} | {m} | " + " | ".join(cols) + " |")
         if rows:
-            out.append("pgtprot per fork (the fork and its child's exit), median over "
-                       "rounds:\n")
-            out.append("| workload | mode | write windows | PKRS switches | "
-                       "page tables given the key |")
-            out.append("|---|---|---|---|---|")
+            out.append("pgtprot, median over rounds: per operation (a fork with its "
+                       "child's exit, or a munmap), per 1000 page faults, and PKRS "
+                       "switches per window (2 when each window opens and closes once):\n")
+            out.append("| workload | mode | windows per op | PKRS switches per op | "
+                       "PKRS switches per 1000 faults | PKRS switches per window |")
+            out.append("|---|---|---|---|---|---|")
             out += rows
             out.append("")
     if getattr(data, "windows", None):

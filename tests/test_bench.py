@@ -148,11 +148,13 @@ def test_crash_at_boot_names_the_report_in_every_cell():
                for f in data.failures)
 
 
-def test_forks_timed_by_a_fork_sample():
-    # 40 forks of 50 ms each in 2 s; any other unit times no fork
-    assert report.forks({"unit": "us/fork", "value": 50000.0, "seconds": 2.0}) == 40
-    assert report.forks({"unit": "ms/munmap", "value": 70.0, "seconds": 2.0}) == 0
-    assert report.forks({"unit": "us/fork", "value": 0, "seconds": 2.0}) == 0
+def test_operations_timed_by_a_fork_or_munmap_sample():
+    # 40 forks of 50 ms each in 2 s, 25 munmaps of 80 ms; any other unit
+    # times no operation
+    assert report.ops({"unit": "us/fork", "value": 50000.0, "seconds": 2.0}) == 40
+    assert report.ops({"unit": "ms/munmap", "value": 80.0, "seconds": 2.0}) == 25
+    assert report.ops({"unit": "pages/s", "value": 80.0, "seconds": 2.0}) == 0
+    assert report.ops({"unit": "us/fork", "value": 0, "seconds": 2.0}) == 0
 
 
 def test_icount_report_counts_instructions_per_page():
@@ -188,3 +190,27 @@ def test_icount_takes_a_time_figure_itself_and_other_figures_timed_part():
     # the build's system time is its own figure; its "seconds" is the build's elapsed
     assert report._instructions({"unit": "s", "value": 0.9, "seconds": 50.0}) == 0.9e9
     assert report._instructions({"unit": "pages/s", "value": 5.0, "seconds": 0.5}) == 0.5e9
+
+
+def test_pgtprot_table_counts_switches_per_operation_fault_and_window():
+    # 20 forks of 50 ms in 1 s: 40 windows, 80 PKRS switches, 400 faults
+    fork = ["XH-STEP-BEGIN vmstat:start",
+            'RESULT {"label": "start", "counters": {"pgtprot_pkrs_switch": 0, '
+            '"pgtprot_windows_fork": 0, "pgtprot_windows_exit": 0, "pgfault": 0}}',
+            "XH-STEP-END vmstat:start 0",
+            "XH-STEP-BEGIN sh:xbench:mmap:8",
+            'RESULT {"workload": "mmap", "value": 50000.0, "unit": "us/fork", '
+            '"better": "lower", "seconds": 1, "user_pages": 2048}',
+            'RESULT {"workload": "munmap", "value": 1.0, "unit": "ms", "better": "lower", '
+            '"seconds": 1, "user_pages": 0}',
+            "XH-STEP-END sh:xbench:mmap:8 0",
+            "XH-STEP-BEGIN vmstat:0",
+            'RESULT {"label": "0", "counters": {"pgtprot_pkrs_switch": 80, '
+            '"pgtprot_windows_fork": 30, "pgtprot_windows_exit": 10, "pgfault": 400}}',
+            "XH-STEP-END vmstat:0 0",
+            "XH-DONE"]
+    data = bench.BenchData(meta={"modes": ["pgt-batched"], "cpus": [1]})
+    bench.collect(_run(fork), REQ, "pgt-batched", 1, 0, data)
+    text = report.tables(data)
+    assert "| windows per op | PKRS switches per op | PKRS switches per 1000 faults |" in text
+    assert "| mmap | pgt-batched | 2 | 4 | 200.0 | 2 |" in text
