@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from pathlib import Path
 
-from . import buildload, console, guest, modes, printer, qemu
+from . import buildload, console, guest, machines, modes, printer, qemu
 from .errors import HarnessError
 
 # A mode is a boot parameter of the series' kernel, except 'vanilla': the
@@ -170,6 +170,7 @@ class BenchRequest:
     vanilla_kernel: Optional[Path] = None
     tcg_threads: str = "multi"      # see qemu.Machine
     icount: bool = False            # timings are guest instruction counts
+    machine: str = machines.DEFAULT  # the machine kind (machines.py)
 
 
 @dataclass
@@ -337,8 +338,9 @@ def run(req: BenchRequest, meta: Dict[str, object], kernel: Optional[Path] = Non
         printer.warn(f"{c} vCPUs on {data.meta.get('host_cpus')} host cores: oversubscribed, "
                      "reported but not judged")
     total = req.rounds * len(req.cpus) * len(req.modes)
+    kind = machines.get(req.machine)
     disks = []
-    if any(w.step.startswith("build") for w in req.workloads):
+    if kind.has_disk and any(w.step.startswith("build") for w in req.workloads):
         disks.append(buildload.image(nfiles=req.build_files))
     done = 0
     start = time.monotonic()
@@ -355,7 +357,8 @@ def run(req: BenchRequest, meta: Dict[str, object], kernel: Optional[Path] = Non
                 greq = guest.GuestRequest(steps=steps_for(req, cpus, mode), cpus=cpus,
                                           mem_mb=req.mem_mb,
                                           params=[] if vanilla else modes.params(mode),
-                                          timeout=req.timeout, disk=True, extra_disks=disks,
+                                          timeout=req.timeout, disk=kind.has_disk,
+                                          extra_disks=disks, machine=req.machine,
                                           kernel=req.vanilla_kernel if vanilla else kernel,
                                           tcg_threads=req.tcg_threads,
                                           icount=req.icount,

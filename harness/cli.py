@@ -316,14 +316,16 @@ def run_bench(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: boo
               outdir: Path, command: str, vanilla: Optional[Path] = None,
               tcg_threads: str = "multi", kernel: Optional[Path] = None,
               workloads: Optional[Sequence[str]] = None,
-              icount: bool = False) -> bench.BenchData:
+              icount: bool = False, machine: str = machines.DEFAULT) -> bench.BenchData:
     req = bench.BenchRequest(modes=modes, cpus=cpus, rounds=rounds, icount=icount,
+                             machine=machine,
                              workloads=bench.select(bench.QUICK if quick else bench.FULL,
                                                     workloads),
                              build_files=QUICK_BUILD_FILES if quick else buildload.DEFAULT_FILES,
                              vanilla_kernel=vanilla, tcg_threads=tcg_threads)
     data = bench.run(req, meta={"command": command, "series_commit": series_commit(),
                                 "kernel": "6.12 + kernel/patches", "quick": quick,
+                                "machine": machine,
                                 "kernel_image": str(kernel or LAYOUT.bzimage)},
                      kernel=kernel)
     _write_bench(data, outdir, command)
@@ -341,6 +343,8 @@ def _bench_command(args: argparse.Namespace) -> str:
         parts += ["--kernel", args.kernel]
     if getattr(args, "icount", False):
         parts.append("--icount")
+    if getattr(args, "machine", machines.DEFAULT) != machines.DEFAULT:
+        parts += ["--machine", args.machine]
     return " ".join(parts)
 
 
@@ -359,9 +363,37 @@ def _write_bench(data: bench.BenchData, outdir: Path, command: str) -> None:
     printer.info("bench", f"results, tables and plots in {outdir}")
 
 
+def _check_bench_machine(args: argparse.Namespace) -> None:
+    """Refuse what the machine kind cannot run, before anything boots."""
+    kind = machines.get(args.machine)
+    if kind.emulator == machines.QEMU:
+        return
+    if args.icount:
+        raise HarnessError(f"--icount is QEMU's; machine {kind.name} is {kind.emulator}",
+                           "leave --icount out: Bochs's clock already runs at its `ips` "
+                           "guest instructions per second")
+    if bench.VANILLA in args.modes:
+        raise HarnessError(f"the vanilla kernel is benchmarked on QEMU machines only, "
+                           f"not on {kind.name}")
+    if kind.cpus is not None and args.cpus != [kind.cpus]:
+        raise HarnessError(f"machine {kind.name} has {kind.cpus} CPU"
+                           f"{'s' if kind.cpus > 1 else ''}, not "
+                           f"{' '.join(map(str, args.cpus))}",
+                           f"give --cpus {kind.cpus}, or leave --cpus out")
+    wls = bench.select(bench.QUICK if args.quick else bench.FULL, args.workloads)
+    bad = sorted({n for w in wls if w.step.startswith("build") or ":disk_read" in w.step
+                  for n in w.reports})
+    if bad:
+        raise HarnessError(f"machine {kind.name} has no disk (no virtio), and workload"
+                           f"{'s' if len(bad) > 1 else ''} {', '.join(bad)} need"
+                           f"{'' if len(bad) > 1 else 's'} one",
+                           "choose others with --workloads (e.g. page_fault fork exec lseek)")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if not args.cpus:
-        args.cpus = bench.default_cpus()
+        fixed = machines.get(args.machine).cpus
+        args.cpus = [fixed] if fixed else bench.default_cpus()
     if args.from_logs:
         # every mode the logs hold, pgtprot's included
         req = bench.BenchRequest(modes=tuple(BENCH_MODES) + modes.PGT_RUN_MODES,
@@ -387,6 +419,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                      f"{len(logs)} guest logs with `./xpfo bench "
                      f"{'--quick ' if args.quick else ''}--from-logs LOG...")
         return 1 if data.failures else 0
+    _check_bench_machine(args)
     kernel = None
     if args.kernel:
         # a given image: nothing is built (the initramfs is, when stale)
@@ -400,7 +433,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     outdir = Path(args.out) if args.out else LAYOUT.out / "bench"
     data = run_bench(args.modes, args.cpus, args.rounds, args.quick, outdir,
                      _bench_command(args), vanilla, kernel=kernel, workloads=args.workloads,
-                     icount=args.icount)
+                     icount=args.icount, machine=args.machine)
     return 1 if data.failures else 0
 
 
@@ -636,6 +669,10 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--jobs", type=positive, default=None)
     sp.add_argument("--kernel", metavar="BZIMAGE",
                     help="boot this image of the series' kernel; builds nothing")
+    sp.add_argument("--machine", default=machines.DEFAULT, metavar="KIND",
+                    help="machine kind (" + ", ".join(machines.KINDS) + "); a Bochs kind "
+                    "has no disk (workloads without one only) and times in guest "
+                    "instructions at its ips")
     sp.add_argument("--from-logs", nargs="+", metavar="LOG",
                     help="rebuild the report from saved guest logs (bench-MODE-Ncpu-rR.log)")
     sp = add("selftests", cmd_selftests,

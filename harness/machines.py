@@ -84,6 +84,11 @@ KINDS: Dict[str, Kind] = {k.name: k for k in (
          "writes, CET (IBT), remote flushes by IPI; no PKS, no virtio disk",
          cpus=2, params=BOCHS_PARAMS, has_disk=False,
          has_pcid=True, has_cet=True, slowdown=6.0, console="ttyS0,115200"),
+    Kind("bochs-pti", BOCHS, "tigerlake",
+         "Bochs 2.7 tigerlake, 2 CPUs, pti=on: PCID and INVPCID with user/kernel "
+         "page-table copies, a non-global direct map, CET (IBT); no PKS, no virtio disk",
+         cpus=2, params=BOCHS_PARAMS + ("pti=on",), has_disk=False,
+         has_pcid=True, has_cet=True, slowdown=6.0, console="ttyS0,115200"),
 )}
 DEFAULT = "qemu"
 

@@ -1,11 +1,23 @@
 """Benchmark reports: Markdown tables and PNG plots, from BenchData only."""
 
+import functools
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import modes as modes_, stats
+
+# The TLB flushes by what they reach: XPFO's own (global, every non-global
+# entry, one address, other ASIDs left to flush) and the kernel's from any
+# caller (global flushes; other ASIDs marked for a flush at a switch)
+TLB_COUNTERS = [("xpfo_tlb_global", "XPFO global flushes"),
+                ("xpfo_tlb_nonglobal", "XPFO non-global flushes"),
+                ("xpfo_tlb_one", "XPFO one-address flushes"),
+                ("xpfo_tlb_other_asids", "XPFO other-ASID flushes"),
+                ("xpfo_flush_ipi_sent", "XPFO flush IPIs"),
+                ("nr_tlb_local_flush_global", "global flushes (all)"),
+                ("nr_tlb_other_asids", "other-ASID flushes (all)")]
 
 COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             ("xpfo_flush_ipi_sent", "IPIs sent"), ("xpfo_flush_ipi_received", "IPIs recv"),
@@ -29,6 +41,52 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             ("pgtprot_protect", "pgt tables protected"),
             # page tables handed out from pgtprot's pool: no protect, no flush
             ("pgtprot_pool_reuse", "pgt tables from pool")]
+
+
+def _ratio(a: float, b: float) -> Optional[float]:
+    return a / b if b else None
+
+
+def _median_of(samples: List[dict], f: Callable[[dict], Optional[float]]) -> str:
+    """The median of f over the samples that have it, formatted; "-" if none."""
+    vals = [v for v in map(f, samples) if v is not None]
+    return _fmt(statistics.median(vals)) if vals else "-"
+
+
+def syscalls(s: dict) -> float:
+    """How many system calls a calls/s workload's sample timed."""
+    if s.get("unit") != "calls/s" or not s.get("value") or not s.get("seconds"):
+        return 0.0
+    return s["value"] * s["seconds"]
+
+
+def _per_thousand_of(s: dict, key: str, base: Callable[[dict], float]) -> Optional[float]:
+    return stats.per_thousand(counter(s, key), base(s))
+
+
+def _tlb_table(idx, workloads, modes, cpus) -> List[str]:
+    """TLB flushes by kind, per 1000 user pages (or, for a workload of
+    system calls, per 1000 calls), median over rounds; only for kernels
+    that count them."""
+    rows = []
+    for w in workloads:
+        for m in modes:
+            samples = [x for x in (idx.get((w, cpus, m)) or {}).values()
+                       if "xpfo_tlb_one" in x.get("counters", {})]
+            if not samples:
+                continue
+            per_calls = any(syscalls(x) for x in samples)
+            base: Callable[[dict], float] = syscalls if per_calls else user_pages
+            cells = [_median_of(samples, functools.partial(_per_thousand_of, key=k, base=base))
+                     for k, _ in TLB_COUNTERS]
+            rows.append(f"| {w} | {m} | {'calls' if per_calls else 'user pages'} | "
+                        + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return (["TLB flushes by what they reach, per 1000 user pages (per 1000 system calls "
+             "for a workload of calls), median over rounds:\n",
+             "| workload | mode | per 1000 | " + " | ".join(n for _, n in TLB_COUNTERS) + " |",
+             "|---|---|---|" + "---|" * len(TLB_COUNTERS)] + rows + [""])
 
 
 def counter(s: dict, key: str) -> int:
@@ -294,6 +352,7 @@ def tables(data) -> str:
                     row.append(_fmt(sm.median) if sm else "-")
                 out.append(f"| {w} | {m} | " + " | ".join(row) + " |")
         out.append("")
+        out += _tlb_table(idx, workloads, modes, cpus)
         rows = []
         for w in workloads:
             for m in modes:
@@ -301,17 +360,13 @@ def tables(data) -> str:
                            if counter(x, "pgtprot_pkrs_switch")]
                 if not samples:
                     continue
-                cols = []
-                for f in (lambda x: counter(x, "pgtprot_windows") / ops(x) if ops(x) else None,
-                          lambda x: (counter(x, "pgtprot_pkrs_switch") / ops(x)
-                                     if ops(x) else None),
-                          lambda x: stats.per_thousand(counter(x, "pgtprot_pkrs_switch"),
-                                                       counter(x, "pgfault")),
-                          lambda x: (counter(x, "pgtprot_pkrs_switch")
-                                     / counter(x, "pgtprot_windows")
-                                     if counter(x, "pgtprot_windows") else None)):
-                    vals = [v for v in map(f, samples) if v is not None]
-                    cols.append(_fmt(statistics.median(vals)) if vals else "-")
+                cols = [_median_of(samples, f) for f in (
+                    lambda x: _ratio(counter(x, "pgtprot_windows"), ops(x)),
+                    lambda x: _ratio(counter(x, "pgtprot_pkrs_switch"), ops(x)),
+                    lambda x: stats.per_thousand(counter(x, "pgtprot_pkrs_switch"),
+                                                 counter(x, "pgfault")),
+                    lambda x: _ratio(counter(x, "pgtprot_pkrs_switch"),
+                                     counter(x, "pgtprot_windows")))]
                 rows.append(f"| {w} | {m} | " + " | ".join(cols) + " |")
         if rows:
             out.append("pgtprot, median over rounds: per operation (a fork with its "

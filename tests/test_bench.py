@@ -214,3 +214,39 @@ def test_pgtprot_table_counts_switches_per_operation_fault_and_window():
     text = report.tables(data)
     assert "| windows per op | PKRS switches per op | PKRS switches per 1000 faults |" in text
     assert "| mmap | pgt-batched | 2 | 4 | 200.0 | 2 |" in text
+
+
+def test_bench_on_bochs_refuses_what_it_cannot_run(monkeypatch):
+    from harness import cli, errors
+    import argparse
+    import pytest
+
+    def args(**kw):
+        base = dict(machine="bochs-pti", icount=False, modes=["off", "strict"], cpus=[2],
+                    quick=False, workloads=["page_fault", "lseek"])
+        return argparse.Namespace(**{**base, **kw})
+
+    cli._check_bench_machine(args())
+    with pytest.raises(errors.HarnessError, match="--icount is QEMU's"):
+        cli._check_bench_machine(args(icount=True))
+    with pytest.raises(errors.HarnessError, match="has 2 CPUs, not 4"):
+        cli._check_bench_machine(args(cpus=[4]))
+    with pytest.raises(errors.HarnessError, match="build_sys.* need one|disk_read"):
+        cli._check_bench_machine(args(workloads=["build_sys", "disk_read"]))
+    # QEMU kinds run everything
+    cli._check_bench_machine(args(machine="qemu", workloads=["build_sys"], cpus=[4]))
+
+
+def test_tlb_table_per_thousand_calls_or_pages():
+    lseek = {"mode": "strict", "cpus": 1, "round": 0, "workload": "lseek", "value": 100000.0,
+             "unit": "calls/s", "better": "higher", "seconds": 2.0, "user_pages": 0,
+             "counters": {"xpfo_tlb_one": 0, "xpfo_tlb_global": 4,
+                          "nr_tlb_local_flush_global": 10, "xpfo_user_pages": 5}}
+    pf = {"mode": "strict", "cpus": 1, "round": 0, "workload": "page_fault", "value": 1.0,
+          "unit": "pages/s", "better": "higher", "seconds": 1.0, "user_pages": 2000,
+          "counters": {"xpfo_tlb_one": 2000, "xpfo_tlb_nonglobal": 1}}
+    data = bench.BenchData(samples=[lseek, pf], meta={"modes": ["strict"], "cpus": [1]})
+    text = report.tables(data)
+    # 4 global flushes in 200,000 calls; 2000 INVLPGs for 2000 pages
+    assert "| lseek | strict | calls | 0.02 | 0 | 0 | 0 | 0 | 0.05 | 0 |" in text
+    assert "| page_fault | strict | user pages | 0 | 0.5 | 1,000 | 0 | 0 | 0 | 0 |" in text

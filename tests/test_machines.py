@@ -19,7 +19,9 @@ def _machine(tmp_path: Path, kind: str, **kw) -> qemu.Machine:
 
 
 def test_kinds_are_data():
-    assert set(machines.KINDS) == {"qemu", "qemu-pti", "bochs-tgl", "bochs-2cpu"}
+    assert set(machines.KINDS) == {"qemu", "qemu-pti", "bochs-tgl", "bochs-2cpu", "bochs-pti"}
+    pti = machines.get("bochs-pti")
+    assert "pti=on" in pti.params and pti.has_pcid and pti.cpus == 2 and not pti.has_disk
     tgl, two = machines.get("bochs-tgl"), machines.get("bochs-2cpu")
     assert (tgl.emulator, tgl.cpu_model, tgl.cpus) == (machines.BOCHS, "tigerlake", 1)
     assert two.cpus == 2 and not two.has_disk and two.has_pcid and two.has_cet
