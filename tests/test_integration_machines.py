@@ -2,8 +2,9 @@
 kernel (machines.py), and the attack tests hold on each. Bounded for CI:
 the attack suite in every mode with pti=on (QEMU), every mode on Bochs
 tigerlake (1 CPU: PCID, INVPCID, global pages kept across CR3 writes,
-CET; about 25 s a boot), off and strict on the 2-CPU Bochs machine, and
-the stress step with pti=on in strict: about 12 minutes on a 2-core host.
+CET; about 25 s a boot), off and strict on the 2-CPU Bochs machines (PTI
+off and on), and the stress step with pti=on in strict: about 15 minutes
+on a 2-core host.
 
 The guest's `info` step does not report the CPU's flags: the Bochs boot
 adds a step of its own (`cpuflags`, written here) to an initramfs built in
@@ -110,10 +111,13 @@ def test_attacks_both_sides_on_bochs_tgl(kernel, mode):
         "read" if modes.xpfo(mode) == "off" else "outcome blocked")
 
 
+@pytest.mark.parametrize("machine", ["bochs-2cpu", "bochs-pti"])
 @pytest.mark.parametrize("mode", ["off", "strict"])
-def test_attacks_both_sides_on_bochs_2cpu(kernel, mode):
-    """Two CPUs with PCID: the tests of an alias warm in another CPU's TLB."""
-    by_test = _attack_run(mode, "bochs-2cpu")
+def test_attacks_both_sides_on_bochs_2cpu(kernel, mode, machine):
+    """Two CPUs with PCID: the tests of an alias warm in another CPU's TLB,
+    with a global direct map (PTI off: refills flush global entries) and a
+    non-global one (pti=on: refills take INVPCID type 3, slots one INVLPG)."""
+    by_test = _attack_run(mode, machine)
     for test in ("XPFO_SMP", "XPFO_SMP_HOT", "XPFO_SMP_THP"):
         assert by_test[test].startswith("attack works" if mode == "off" else "stopped"), \
             (test, by_test[test])
