@@ -17,9 +17,10 @@ from .errors import HarnessError
 from .paths import LAYOUT
 
 MODES = modes.XPFO_MODES
-# every mode a command takes: the XPFO modes and the pgtprot ones
+# every mode a command takes: the XPFO modes, the pgtprot ones and the
+# non-global direct map's; `test` runs all but the last by default
 ALL_MODES = modes.ALL_MODES
-TEST_MODES = ALL_MODES
+TEST_MODES = modes.XPFO_MODES + modes.PGT_RUN_MODES
 BENCH_MODES = (bench.VANILLA,) + MODES
 QUICK_BUILD_FILES = 8
 
@@ -396,7 +397,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.cpus = [fixed] if fixed else bench.default_cpus()
     if args.from_logs:
         # every mode the logs hold, pgtprot's included
-        req = bench.BenchRequest(modes=tuple(BENCH_MODES) + modes.PGT_RUN_MODES,
+        req = bench.BenchRequest(modes=(tuple(BENCH_MODES) + modes.PGT_RUN_MODES
+                                        + modes.DMAP_RUN_MODES),
                                  cpus=args.cpus, rounds=args.rounds,
                                  workloads=bench.select(
                                      bench.QUICK if args.quick else bench.FULL,
@@ -649,11 +651,13 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--machine", default=machines.DEFAULT, metavar="KIND",
                     help="a QEMU machine kind (qemu, qemu-pti): the step needs the disk")
     sp = add("bench", cmd_bench, "side-by-side benchmark of the modes, tables and plots")
-    sp.add_argument("--modes", nargs="+", choices=BENCH_MODES + modes.PGT_RUN_MODES,
+    sp.add_argument("--modes", nargs="+",
+                    choices=BENCH_MODES + modes.PGT_RUN_MODES + modes.DMAP_RUN_MODES,
                     default=list(BENCH_MODES),
                     help="'vanilla' is the same configuration built without the series; "
                     "the pgt- modes add pgtprot= (pgt-eager: a protection-key switch pair "
-                    "per page-table store, to compare with pgt-batched's pair per section)")
+                    "per page-table store, to compare with pgt-batched's pair per section); "
+                    "+nonglobal adds xpfo_dmap=nonglobal (a non-global direct map)")
     sp.add_argument("--cpus", nargs="+", type=positive, default=None,
                     help="vCPU counts (default: 1 2 4 8 up to the host's cores; more are "
                     "run when asked, marked oversubscribed and not judged)")

@@ -1,8 +1,12 @@
-"""A run's mode: an XPFO mode, optionally with a pgtprot mode.
+"""A run's mode: an XPFO mode, optionally with a pgtprot mode and the
+direct map's global-bit policy.
 
 ``strict`` is xpfo=strict with pgtprot off; ``pgt-batched`` is pgtprot=batched
-with XPFO off; ``strict+pgt-batched`` is both. Every command takes these names
-and boots the same kernel binary with the matching parameters.
+with XPFO off; ``strict+pgt-batched`` is both; ``strict+nonglobal`` is
+xpfo=strict with xpfo_dmap=nonglobal (the kernel mapped non-global apart from
+its image, flushed with INVPCID type 3, against the default global direct
+map). Every command takes these names and boots the same kernel binary with
+the matching parameters.
 """
 
 from typing import List, Tuple
@@ -15,21 +19,39 @@ PGT_MODES = ("off", "eager", "batched")
 # eager (a protection-key switch pair per store) is what batched (a pair per
 # lazy-MMU section) is measured against
 PGT_RUN_MODES = ("pgt-eager", "pgt-batched", "strict+pgt-batched")
-ALL_MODES = XPFO_MODES + PGT_RUN_MODES
+# the direct map's global-bit policy (b), with XPFO off (what a non-global
+# kernel costs by itself) and strict; policy (a), a global direct map, is
+# every other mode's
+NONGLOBAL = "nonglobal"
+DMAP_RUN_MODES = ("off+nonglobal", "strict+nonglobal")
+ALL_MODES = XPFO_MODES + PGT_RUN_MODES + DMAP_RUN_MODES
+
+
+def _parts(mode: str) -> Tuple[str, str, str]:
+    xpfo, pgt, dmap = "off", "off", "global"
+    seen_xpfo = False
+    for part in mode.split("+"):
+        if part.startswith("pgt-") and part[4:] in PGT_MODES[1:] and pgt == "off":
+            pgt = part[4:]
+        elif part in XPFO_MODES and not seen_xpfo:
+            xpfo, seen_xpfo = part, True
+        elif part == NONGLOBAL and dmap == "global":
+            dmap = NONGLOBAL
+        else:
+            raise HarnessError(f"unknown mode {mode!r}",
+                               f"use one of: {', '.join(ALL_MODES)}")
+    return xpfo, pgt, dmap
 
 
 def split(mode: str) -> Tuple[str, str]:
     """``strict+pgt-batched`` -> ("strict", "batched"); ``sync`` -> ("sync", "off")."""
-    xpfo, pgt = "off", "off"
-    for part in mode.split("+"):
-        if part.startswith("pgt-") and part[4:] in PGT_MODES[1:] and pgt == "off":
-            pgt = part[4:]
-        elif part in XPFO_MODES and xpfo == "off":
-            xpfo = part
-        else:
-            raise HarnessError(f"unknown mode {mode!r}",
-                               f"use one of: {', '.join(ALL_MODES)}")
+    xpfo, pgt, _ = _parts(mode)
     return xpfo, pgt
+
+
+def dmap(mode: str) -> str:
+    """The direct map's global-bit policy: "global" or "nonglobal"."""
+    return _parts(mode)[2]
 
 
 def xpfo(mode: str) -> str:
@@ -41,8 +63,9 @@ def pgt(mode: str) -> str:
 
 
 def params(mode: str) -> List[str]:
-    x, p = split(mode)
-    return [f"xpfo={x}"] + ([f"pgtprot={p}"] if p != "off" else [])
+    x, p, d = _parts(mode)
+    return ([f"xpfo={x}"] + ([f"pgtprot={p}"] if p != "off" else [])
+            + ([f"xpfo_dmap={d}"] if d != "global" else []))
 
 
 def label(mode: str) -> str:

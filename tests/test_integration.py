@@ -114,7 +114,7 @@ def test_the_kernels_ktap_parser_sees_a_runner_that_died_as_crashed(source_tree)
 
 def test_unknown_mode_warns_and_stays_off(kernel):
     req = guest.GuestRequest(steps=["info"], cpus=1, mem_mb=512,
-                             params=["xpfo=bogus", "pgtprot=bogus"],
+                             params=["xpfo=bogus", "pgtprot=bogus", "xpfo_dmap=bogus"],
                              timeout=300, label="bad-param")
     r = guest.run(req)
     v = judge.boot(r)
@@ -124,6 +124,8 @@ def test_unknown_mode_warns_and_stays_off(kernel):
     assert any("xpfo: unknown mode 'bogus' (accepted: off, sync, deferred, batch, strict)" in x
                for x in r.console.lines)
     assert any("pgtprot: unknown mode 'bogus' (accepted: off, eager, batched)" in x
+               for x in r.console.lines)
+    assert any("xpfo: xpfo_dmap=bogus: unknown, use global or nonglobal; keeping global" in x
                for x in r.console.lines)
 
 

@@ -12,6 +12,7 @@ a temporary tree, and boots the kernel built from the series with it.
 """
 
 import argparse
+import json
 import os
 import shutil
 from pathlib import Path
@@ -111,16 +112,34 @@ def test_attacks_both_sides_on_bochs_tgl(kernel, mode):
         "read" if modes.xpfo(mode) == "off" else "outcome blocked")
 
 
-@pytest.mark.parametrize("machine", ["bochs-2cpu", "bochs-pti"])
-@pytest.mark.parametrize("mode", ["off", "strict"])
+@pytest.mark.parametrize("machine,mode", [
+    ("bochs-2cpu", "off"), ("bochs-2cpu", "strict"), ("bochs-2cpu", "strict+nonglobal"),
+    ("bochs-pti", "off"), ("bochs-pti", "strict")])
 def test_attacks_both_sides_on_bochs_2cpu(kernel, mode, machine):
     """Two CPUs with PCID: the tests of an alias warm in another CPU's TLB,
     with a global direct map (PTI off: refills flush global entries) and a
-    non-global one (pti=on: refills take INVPCID type 3, slots one INVLPG)."""
-    by_test = _attack_run(mode, machine)
+    non-global one (pti=on, or xpfo_dmap=nonglobal without PTI: refills
+    take INVPCID type 3, slots one INVLPG)."""
+    run = cli.run_attacks(mode, cpus=2, timeout=900, machine=machine)
+    assert run["status"] == judge.Status.SUCCESS.value, (run["reasons"], run["log"])
+    by_test = {v["test"]: v["detail"] for v in run["verdicts"]}
     for test in ("XPFO_SMP", "XPFO_SMP_HOT", "XPFO_SMP_THP"):
         assert by_test[test].startswith("attack works" if mode == "off" else "stopped"), \
             (test, by_test[test])
+    if mode == "off":
+        return
+    log = Path(run["log"]).read_text(errors="replace")
+    counters = {}
+    for line in log.splitlines():
+        if line.startswith("XH-RESULT vmstat "):
+            counters = json.loads(line.split(" ", 2)[2])["counters"]
+    # a refill flushes global entries exactly where the direct map is global
+    nonglobal = machine == "bochs-pti" or modes.dmap(mode) == "nonglobal"
+    assert counters["xpfo_batch_refill"] > 0, counters
+    assert (counters["xpfo_tlb_global"] == 0) == nonglobal, counters
+    assert (counters["xpfo_tlb_nonglobal"] > 0) == nonglobal, counters
+    assert ("xpfo: xpfo_dmap=nonglobal: the kernel is mapped non-global apart from its image"
+            in log) == (modes.dmap(mode) == "nonglobal")
 
 
 def test_stress_with_pti_in_strict(kernel):

@@ -27,8 +27,14 @@ def test_mode_names():
     assert modes.label("pgt-batched") == "xpfo=off pgtprot=batched"
     assert modes.params("pgt-eager") == ["xpfo=off", "pgtprot=eager"]
     assert modes.label("vanilla") == "vanilla"
+    assert modes.params("strict+nonglobal") == ["xpfo=strict", "xpfo_dmap=nonglobal"]
+    assert modes.params("off+nonglobal") == ["xpfo=off", "xpfo_dmap=nonglobal"]
+    assert modes.split("strict+nonglobal") == ("strict", "off")
+    assert modes.dmap("strict+nonglobal") == "nonglobal" and modes.dmap("strict") == "global"
+    assert modes.label("strict+nonglobal") == "xpfo=strict xpfo_dmap=nonglobal"
     for bad in ("pgt-off", "pgt-bogus", "pgt-batched-wp", "strict+sync", "nope",
-                "strict+pgt-eager+pgt-batched"):
+                "strict+pgt-eager+pgt-batched", "off+strict", "strict+nonglobal+nonglobal",
+                "strict+global"):
         with pytest.raises(HarnessError):
             modes.split(bad)
 

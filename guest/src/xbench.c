@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -604,22 +605,64 @@ static void exec_bench(void)
 	report("exec", n / t, "execs/s", "higher", t, 0, "none", NULL, &d);
 }
 
-static void lseek_bench(void)
+/*
+ * will-it-scale's lseek1: one process per online CPU, each bound to its
+ * CPU, each seeking its own tmpfs file back to 0; the rate is every
+ * process's calls over the wall time of the whole set.
+ */
+static void lseek_child(int cpu, long n)
 {
-	int fd = open("/dev/null", O_RDONLY);
-	long n = 1000000;
-	struct vm a, b, d;
-	double t;
+	char path[64];
+	cpu_set_t set;
+	int fd;
 
-	vm_snap(&a);
-	t = now();
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		_exit(2);
+	snprintf(path, sizeof(path), "/tmp/xbench-lseek.%d", cpu);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		_exit(3);
+	unlink(path);
 	for (long i = 0; i < n; i++)
 		lseek(fd, 0, SEEK_SET);
+	_exit(0);
+}
+
+static void lseek_bench(void)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	long n = 1000000, per;
+	struct vm a, b, d;
+	int bad = 0;
+	double t;
+
+	if (cpus < 1)
+		cpus = 1;
+	per = n / cpus;
+	vm_snap(&a);
+	t = now();
+	for (int c = 0; c < cpus; c++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			die("fork");
+		if (pid == 0)
+			lseek_child(c, per);
+	}
+	for (int c = 0; c < cpus; c++) {
+		int status;
+
+		if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
+			bad = 1;
+	}
 	t = now() - t;
+	if (bad)
+		die("lseek: a child failed");
 	vm_snap(&b);
 	vm_delta(&d, &b, &a);
-	report("lseek", n / t, "calls/s", "higher", t, 0, "none", NULL, &d);
-	close(fd);
+	report("lseek", per * cpus / t, "calls/s", "higher", t, 0, "none", NULL, &d);
 }
 
 /* A tmpfs file of one page of 0x5a at @path, open read-write. */
