@@ -462,9 +462,11 @@ def cmd_selftests(args: argparse.Namespace) -> int:
         kernel, commit = None, series_commit()
     command = ("./xpfo selftests --modes " + " ".join(args.modes) + f" --cpus {args.cpus}"
                + (f" --parallel {args.parallel}" if args.parallel > 1 else "")
-               + ("" if args.machine == machines.DEFAULT else f" --machine {args.machine}"))
+               + ("" if args.machine == machines.DEFAULT else f" --machine {args.machine}")
+               + (" --programs " + " ".join(args.programs) if args.programs else ""))
     data = selftests.run_suite(args.modes, args.cpus, kernel, jobs=args.jobs,
-                               parallel=args.parallel, machine=args.machine, meta={
+                               parallel=args.parallel, machine=args.machine,
+                               only=args.programs or (), meta={
         "command": command + (f" --kernel {args.kernel}" if args.kernel else ""),
         "series_commit": commit, "kernel_image": str(kernel or LAYOUT.bzimage)})
     _write_json(LAYOUT.out / "selftests.json", data)
@@ -690,6 +692,8 @@ def parser() -> argparse.ArgumentParser:
                     help="a QEMU machine kind (qemu, qemu-pti): the programs live on the disk")
     sp.add_argument("--from-logs", nargs="+", metavar="LOG",
                     help="rebuild the table from saved guest logs (...-selftests-MODE.log)")
+    sp.add_argument("--programs", nargs="+", metavar="ID", default=None,
+                    help="run only these programs (ids as in the results table)")
     sp.add_argument("--jobs", type=positive, default=None, help="make -j")
     sp = add("demo", cmd_demo, "the main job: build, attack demo, quick benchmark")
     sp.add_argument("--jobs", type=positive, default=None)

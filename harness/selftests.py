@@ -299,6 +299,18 @@ def runnable(built: Sequence[str]) -> List[Program]:
     return [p for p in PROGRAMS if p.binary in built]
 
 
+def select(programs: Sequence[Program], only: Sequence[str]) -> List[Program]:
+    """The programs whose ids are in `only` (all of them if it is empty)."""
+    if not only:
+        return list(programs)
+    known = {p.id for p in programs}
+    unknown = [i for i in only if i not in known]
+    if unknown:
+        raise HarnessError(f"unknown or unbuilt selftest program {unknown[0]!r}",
+                           "ids: " + ", ".join(sorted(known)))
+    return [p for p in programs if p.id in only]
+
+
 def run_list(programs: Sequence[Program]) -> str:
     """The guest's list: one program a line, `id timeout hugepages argv...`."""
     return "".join(f"{p.id} {p.timeout} {p.hugepages} {' '.join(p.argv)}\n" for p in programs)
@@ -608,7 +620,7 @@ def table(modes: Dict[str, dict], base: str = "off") -> str:
 
 def run_suite(modes: Sequence[str], cpus: int, kernel: Optional[Path], meta: dict,
               layout: Layout = LAYOUT, jobs: Optional[int] = None, parallel: int = 1,
-              machine: str = machines.DEFAULT) -> dict:
+              machine: str = machines.DEFAULT, only: Sequence[str] = ()) -> dict:
     """Build (when the tree changed), run every mode, compare with off.
 
     `parallel` guests at a time (each its own mode); keep it at most the
@@ -624,7 +636,7 @@ def run_suite(modes: Sequence[str], cpus: int, kernel: Optional[Path], meta: dic
     for name, why in sorted(NOT_RUN.items()):
         if name in b.built:
             printer.info("selftests", f"not run: {name}: {why}")
-    programs = runnable(b.built)
+    programs = select(runnable(b.built), only)
     initrd = archive(req, programs, layout)
     start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:

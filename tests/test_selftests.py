@@ -257,3 +257,12 @@ def test_from_logs_merges_boots_per_mode(tmp_path):
 def test_end_marker_after_output_without_newline():
     r = st.parse(["SELFTEST-BEGIN cow", "errno at assert: 2SELFTEST-END cow 163 3"], PROGS)
     assert r["cow"].finished and r["cow"].exit == 163 and r["cow"].status == "fail"
+
+
+def test_select_keeps_the_named_programs_and_refuses_an_unknown_one():
+    progs = st.runnable(["cow", "split_huge_page_test", "mremap_test"])
+    assert [p.id for p in st.select(progs, ["split_huge_page_test"])] == ["split_huge_page_test"]
+    assert st.select(progs, []) == list(progs)
+    with pytest.raises(st.HarnessError) as e:
+        st.select(progs, ["nope"])
+    assert "unknown or unbuilt selftest program 'nope'" in str(e.value)
