@@ -272,6 +272,16 @@ def test_global_kunit_suite_must_pass_in_every_mode():
     assert "did not run" in judge.kunit_global(console.parse([]), "off").reasons[0]
 
 
+def test_global_image_case_may_skip_only_under_pti():
+    suite = _ktap_suite("xpfo_global", "ok 1 a", "ok 2 xpfo_global_test_image # SKIP PTI")
+    pti = ["[    0.000000] Kernel/User page tables isolation: force enabled on command line"]
+    assert judge.kunit_global(console.parse(pti + suite), "strict+nonglobal").passed
+    v = judge.kunit_global(console.parse(suite), "strict")
+    assert not v.passed and "xpfo_global_test_image skipped" in v.reasons[0]
+    other = _ktap_suite("xpfo_global", "ok 1 a # SKIP PTI", "ok 2 xpfo_global_test_image")
+    assert not judge.kunit_global(console.parse(pti + other), "strict").passed
+
+
 def _global_run(secret: str, audit: str) -> List[str]:
     return ["KTAP version 1", "1..2",
             "# XH-STEP-BEGIN sh:secret", f"RESULT {secret}", "ok 1 sh:secret",
