@@ -78,7 +78,7 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
             subprocess.run(["git", "checkout", "-q", "--detach", "-f", commit], cwd=wt, check=True)
             req = build.BuildRequest(src=wt, obj=obj, fragment=layout.fragment,
                                      jobs=jobs or (os.cpu_count() or 1) + 1)
-            printer.info("series", f"building at {patch.name}")
+            printer.info("series", f"building at {patch.relative_to(layout.patches)}")
             start = time.monotonic()
             r = build.configure(req, verify=False)
             if r.status is build.Status.SUCCESS:
@@ -87,11 +87,12 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
             secs = time.monotonic() - start
             if not ok:
                 printer.raw(r.message)
-        out.append(PatchCheck(patch.name, commit[:12], built, ok, round(secs, 1),
+        out.append(PatchCheck(str(patch.relative_to(layout.patches)), commit[:12], built, ok,
+                              round(secs, 1),
                               _count(msgs, "ERROR"), _count(msgs, "WARNING"),
                               _count(msgs, "CHECK"), msgs))
         state = ("ok" if ok else "FAILED") if built else "not built"
-        printer.info("series", f"{patch.name}: build {state}, checkpatch "
+        printer.info("series", f"{patch.relative_to(layout.patches)}: build {state}, checkpatch "
                      f"{out[-1].errors} errors, {out[-1].warnings} warnings, "
                      f"{out[-1].checks} checks")
     return out

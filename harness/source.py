@@ -14,7 +14,6 @@ from .errors import HarnessError
 from .paths import LAYOUT, Layout
 
 BASE_TAG = "xpfo-base"
-COVER = "0000-cover-letter.patch"
 STAMP = ".git/xpfo-series"
 GIT_ID = ["-c", "user.name=xpfo harness", "-c", "user.email=xpfo@localhost",
           "-c", "commit.gpgsign=false"]
@@ -63,11 +62,61 @@ def check_base(base: Base) -> None:
             f"update kernel/BASE")
 
 
+@dataclass(frozen=True)
+class Part:
+    """One series of kernel/patches: its folder and how many patches it has."""
+    name: str
+    count: int
+
+
+_PART_NAME = re.compile(r"^[0-9][0-9a-z-]*$")
+
+
+def read_parts(layout: Layout = LAYOUT) -> List[Part]:
+    """kernel/PARTS: the series in the order they apply, one per line
+    ("<folder> <number of patches>"). Without it the patches are one series
+    directly in kernel/patches."""
+    path = layout.patches.parent / "PARTS"
+    if not path.exists():
+        return []
+    parts: List[Part] = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        if (len(fields) != 2 or not _PART_NAME.match(fields[0]) or
+                not fields[1].isdigit() or int(fields[1]) < 1):
+            raise HarnessError(f"{path}:{n}: expected '<folder> <number of patches>', "
+                               f"got {line!r}")
+        if any(p.name == fields[0] for p in parts):
+            raise HarnessError(f"{path}:{n}: {fields[0]} is named twice")
+        parts.append(Part(fields[0], int(fields[1])))
+    if not parts:
+        raise HarnessError(f"{path} names no series")
+    return parts
+
+
+def _series_patches(folder: Path) -> List[Path]:
+    return sorted(p for p in folder.glob("*.patch") if not p.name.startswith("0000-"))
+
+
 def patch_files(layout: Layout = LAYOUT) -> List[Path]:
+    """Every patch in the order git am applies them: each series of
+    kernel/PARTS in turn, cover letters (0000-*) left out."""
     if not layout.patches.is_dir():
         return []
-    return sorted(p for p in layout.patches.glob("*.patch")
-                  if not p.name.startswith("0000-"))
+    parts = read_parts(layout)
+    if not parts:
+        return _series_patches(layout.patches)
+    files: List[Path] = []
+    for part in parts:
+        got = _series_patches(layout.patches / part.name)
+        if len(got) != part.count:
+            raise HarnessError(f"kernel/patches/{part.name} has {len(got)} patches, "
+                               f"kernel/PARTS says {part.count}")
+        files += got
+    return files
 
 
 def series_id(base: Base, patches: List[Path]) -> str:
@@ -187,14 +236,29 @@ def export(layout: Layout = LAYOUT) -> List[Path]:
         raise HarnessError(f"{src} has uncommitted changes", "commit them in the tree first")
     tmp = layout.patches.with_name("patches.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    r = _git(src, "format-patch", "-q", "--no-signature", "--zero-commit",
-             "--base", BASE_TAG, "-o", str(tmp), f"{BASE_TAG}..HEAD", check=False)
-    if r.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise HarnessError(f"git format-patch failed: {r.stderr.strip()}")
-    cover = layout.patches / COVER
-    if cover.exists():
-        shutil.copy2(cover, tmp / COVER)  # written by hand, kept across exports
+    parts = read_parts(layout)
+    commits = _git(src, "rev-list", "--reverse", f"{BASE_TAG}..HEAD").stdout.split()
+    ranges = [("", f"{BASE_TAG}..HEAD")]
+    if parts:
+        if sum(p.count for p in parts) != len(commits):
+            raise HarnessError(f"kernel/PARTS counts {sum(p.count for p in parts)} patches, "
+                               f"{src} has {len(commits)} commits",
+                               "say in kernel/PARTS where each series ends")
+        ranges, start, done = [], BASE_TAG, 0
+        for p in parts:
+            done += p.count
+            ranges.append((p.name, f"{start}..{commits[done - 1]}"))
+            start = commits[done - 1]
+    for name, rng in ranges:
+        out = tmp / name if name else tmp
+        r = _git(src, "format-patch", "-q", "--no-signature", "--zero-commit",
+                 "--base", BASE_TAG, "-o", str(out), rng, check=False)
+        if r.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise HarnessError(f"git format-patch failed: {r.stderr.strip()}")
+        old_dir = layout.patches / name if name else layout.patches
+        for cover in sorted(old_dir.glob("0000-*.patch")) if old_dir.is_dir() else []:
+            shutil.copy2(cover, out / cover.name)  # written by hand, kept across exports
     old = layout.patches.with_name("patches.old")
     shutil.rmtree(old, ignore_errors=True)
     if layout.patches.exists():

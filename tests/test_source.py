@@ -150,3 +150,41 @@ def test_base_commit_is_the_same_everywhere_and_new_commits_are_the_series(tmp_p
                    capture_output=True)
     assert _git(src, "log", "-1", "--format=%an <%ae>").strip() == "xpfo-dev <xpfo-dev@localhost>"
     assert _git(src, "config", "core.abbrev").strip() == "7"
+
+
+def test_two_series_apply_in_parts_order_and_export_back(layout: Layout, tmp_path: Path):
+    tarball = source.read_base(layout).tarball
+    (layout.kernel_dir / "PARTS").write_text("# folder, patches\n1-first 1\n2-second 1\n")
+    for d, old, new, name in (("1-first", "line 10\n", "line ten\n", "first"),
+                              ("2-second", "line 20\n", "line twenty\n", "second")):
+        (layout.patches / d).mkdir()
+        p = _make_patch(tmp_path, tarball, old, new, name)
+        (layout.patches / d / "0001-x.patch").write_bytes(p.read_bytes())
+        (layout.patches / d / "0000-cover-letter.patch").write_text(f"cover of {name}\n")
+    assert [p.parent.name for p in source.patch_files(layout)] == ["1-first", "2-second"]
+    src = source.prepare(layout)
+    assert _git(src, "log", "--format=%s").splitlines()[:2] == ["mm: second", "mm: first"]
+    f = src / "mm" / "page_alloc.c"
+    f.write_text(f.read_text().replace("line 30\n", "line thirty\n"))
+    _git(src, "commit", "-qam", "mm: third")
+    # the tree has three commits, PARTS counts two: export refuses
+    with pytest.raises(HarnessError, match="PARTS counts 2 patches"):
+        source.export(layout)
+    (layout.kernel_dir / "PARTS").write_text("1-first 1\n2-second 2\n")
+    new = source.export(layout)
+    assert [str(p.relative_to(layout.patches)) for p in new] == [
+        "1-first/0001-mm-first.patch", "2-second/0001-mm-second.patch",
+        "2-second/0002-mm-third.patch"]
+    assert (layout.patches / "2-second" / "0000-cover-letter.patch").read_text() == \
+        "cover of second\n"
+    assert "line thirty" in new[2].read_text()
+
+
+def test_parts_file_errors_name_the_line(layout: Layout):
+    (layout.kernel_dir / "PARTS").write_text("1-first 1\n1-first x\n")
+    with pytest.raises(HarnessError, match=r"PARTS:2: expected"):
+        source.patch_files(layout)
+    (layout.kernel_dir / "PARTS").write_text("1-first 1\n")
+    (layout.patches / "1-first").mkdir()
+    with pytest.raises(HarnessError, match="has 0 patches, kernel/PARTS says 1"):
+        source.patch_files(layout)
