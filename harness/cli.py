@@ -307,6 +307,14 @@ def cmd_stress(args: argparse.Namespace) -> int:
     return 0 if res["passed"] else 1
 
 
+def _series_head() -> str:
+    """The repository commit that holds kernel/patches (the kernel tree's
+    own commits are re-made by git am in every clone)."""
+    r = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=LAYOUT.root,
+                       capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
 def series_commit() -> str:
     r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=LAYOUT.src, capture_output=True,
                        text=True)
@@ -496,18 +504,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_series_check(args: argparse.Namespace) -> int:
     deps.ensure(quiet=True)
     results = series.check(LAYOUT, jobs=args.jobs, build_each=not args.no_build,
-                           first=args.first, last=args.last)
+                           first=args.first, last=args.last, configs=args.configs,
+                           objects=args.objects)
     text = series.table(results)
     printer.raw(text)
     if args.write:
         path = LAYOUT.root / "docs" / "SERIES.md"
         path.parent.mkdir(exist_ok=True)
         _, shipped = _split_series_doc(path)
-        path.write_text("# Series check\n\nCommand: `./xpfo series-check --write`, "
-                        f"{time.strftime('%Y-%m-%d', time.gmtime())}.\n\n"
-                        "Each patch is checked out in `build/series-src` and built in "
-                        "`build/series-obj` over the previous patch's objects, with "
-                        "ccache: build times are incremental, not clean builds.\n\n"
+        how = ("`make prepare`, then with `-Werror` the objects of the patch's own C "
+               "files that the test kernel builds and the files that carry XPFO and "
+               "pgtprot hooks (`harness/series.py`)" if args.objects else
+               "the whole bzImage over the previous patch's objects, with ccache: build "
+               "times are incremental, not clean builds")
+        cmd = "./xpfo series-check" + (" --objects" if args.objects else "") + " --write"
+        path.write_text(f"# Series check\n\nCommand: `{cmd}`, "
+                        f"{time.strftime('%Y-%m-%d', time.gmtime())}, repository commit "
+                        f"`{_series_head()}`.\n\n"
+                        "Each patch is checked out in `build/series-src` and built in the "
+                        "test kernel's configuration (XPFO and pgtprot on) and in the same "
+                        f"with both not set (off): {how}.\n\n"
                         f"{text}\n{shipped}")
     ok = all(r.build_ok and r.errors == 0 for r in results)
     return 0 if ok else 1
@@ -705,6 +721,11 @@ def parser() -> argparse.ArgumentParser:
                     help="build from patch N on (checkpatch still runs on every patch)")
     sp.add_argument("--to", dest="last", type=positive, default=None, metavar="N",
                     help="build up to patch N (default: the last)")
+    sp.add_argument("--configs", nargs="+", choices=series.CONFIGS, default=list(series.CONFIGS),
+                    help="XPFO and pgtprot on (the test kernel's configuration), off, or both")
+    sp.add_argument("--objects", action="store_true",
+                    help="build the patch's own objects and the hook carriers with -Werror "
+                         "instead of the whole kernel (needs ./xpfo build first)")
     sp.add_argument("--write", action="store_true", help="write docs/SERIES.md")
     sp = add("configs", cmd_configs,
              "build the series in shipped configurations (MAXSMP; modules with LKDTM=m; "

@@ -5,9 +5,9 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from . import build, printer, source
 from .errors import HarnessError
@@ -25,6 +25,72 @@ class PatchCheck:
     warnings: int
     checks: int
     messages: List[str]
+    # configuration name -> built there (only what was built)
+    by_config: Dict[str, bool] = field(default_factory=dict)
+
+
+# The two configurations every patch is built in: the test kernel's
+# (kernel/config/xpfo.fragment: XPFO, pgtprot, their KUnit tests, lkdtm), and
+# the same with XPFO and pgtprot not set.
+CONFIGS = ("on", "off")
+
+# Objects that carry XPFO or pgtprot hooks: with --objects they are built at
+# every patch, beside the objects of the patch's own C files.
+HOOK_OBJECTS = (
+    "mm/highmem.o", "mm/memory.o", "mm/page_alloc.o", "lib/iov_iter.o", "mm/util.o",
+    "mm/shmem.o", "mm/vmstat.o", "mm/migrate.o", "mm/filemap.o", "mm/mmap.o",
+    "mm/mprotect.o", "kernel/sched/core.o", "kernel/entry/common.o", "kernel/fork.o",
+    "arch/x86/mm/tlb.o", "arch/x86/mm/init.o", "arch/x86/mm/fault.o",
+    "arch/x86/mm/pat/set_memory.o", "arch/x86/mm/pgtable.o",
+)
+
+# Objects only a kernel with XPFO or pgtprot builds.
+FEATURE_ONLY_OBJECTS = frozenset({
+    "mm/xpfo.o", "mm/xpfo_kunit.o", "arch/x86/mm/xpfo.o", "arch/x86/mm/pgtprot.o",
+    "arch/x86/mm/pgtprot_kunit.o", "lib/test_xpfo_ret2dir.o",
+})
+
+
+def config_fragment(layout: Layout, name: str) -> Path:
+    """The fragment of configuration @name (see CONFIGS)."""
+    if name == "on":
+        return layout.fragment
+    frag = layout.build / "series-off.fragment"
+    lines = [line for line in layout.fragment.read_text().splitlines(keepends=True)
+             if "XPFO" not in line and "PGTPROT" not in line]
+    frag.parent.mkdir(parents=True, exist_ok=True)
+    frag.write_text("".join(lines) + "# CONFIG_XPFO is not set\n# CONFIG_PGTPROT is not set\n")
+    return frag
+
+
+def objects_for(layout: Layout, cfg: str, c_files: List[str]) -> List[str]:
+    """The objects --objects builds at a patch in configuration @cfg: the
+    hook carriers and the objects of the patch's C files that the test
+    kernel's full build has (build/obj), less those only XPFO or pgtprot
+    build when @cfg is "off"."""
+    own = [f[:-2] + ".o" for f in c_files if f.endswith(".c") and not f.startswith("tools/")]
+    # compiled as part of another file (build_policy.c includes idle.c)
+    own = [o for o in own if o != "kernel/sched/idle.o" and (layout.obj / o).exists()]
+    objs = list(HOOK_OBJECTS) + [o for o in own if o not in HOOK_OBJECTS]
+    if cfg == "off":
+        objs = [o for o in objs if o not in FEATURE_ONLY_OBJECTS]
+    return objs
+
+
+def build_objects(req: build.BuildRequest, objs: List[str]) -> build.BuildResult:
+    """make prepare, then @objs with KCFLAGS=-Werror."""
+    start = time.monotonic()
+    for targets in (["prepare"], objs):
+        cmd = build._make(req, "KCFLAGS=-Werror", *targets)
+        printer.command(cmd)
+        r = subprocess.run(cmd, cwd=req.src, env=build._env(req), capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            errs = [line for line in (r.stdout + r.stderr).splitlines()
+                    if "error" in line or "Error" in line]
+            return build.BuildResult(build.Status.BUILD_FAILURE, time.monotonic() - start,
+                                     message="\n".join(errs[-20:]))
+    return build.BuildResult(build.Status.SUCCESS, time.monotonic() - start)
 
 
 _KIND = re.compile(r"^(ERROR|WARNING|CHECK): (.*)$")
@@ -46,9 +112,18 @@ def _count(messages: List[str], kind: str) -> int:
 
 def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
           build_each: bool = True, first: int = 1,
-          last: Optional[int] = None) -> List[PatchCheck]:
+          last: Optional[int] = None, configs: Sequence[str] = CONFIGS,
+          objects: bool = False) -> List[PatchCheck]:
     """checkpatch every patch; build the tree at patches `first` to `last`
-    (the last patch of the series when None)."""
+    (the last patch of the series when None) in each of @configs: the whole
+    bzImage over the previous patch's objects, or with @objects make
+    prepare and the objects objects_for() names, with -Werror."""
+    bad = [c for c in configs if c not in CONFIGS]
+    if bad:
+        raise HarnessError(f"unknown configuration {bad[0]!r}", "known: " + ", ".join(CONFIGS))
+    if objects and build_each and not (layout.obj / "vmlinux.o").exists():
+        raise HarnessError(f"--objects takes the list of objects from the full build in "
+                           f"{layout.obj}, which is not there", "run ./xpfo build first")
     src = source.prepare(layout)
     patches = source.patch_files(layout)
     commits = subprocess.run(["git", "rev-list", "--reverse", f"{source.BASE_TAG}..HEAD"],
@@ -63,7 +138,6 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
     if last < first or last > len(patches):
         raise HarnessError(f"--to {last}: not a patch from {first} to {len(patches)}")
     wt = layout.build / "series-src"
-    obj = layout.build / "series-obj"
     if not (wt / ".git").exists():
         shutil.rmtree(wt, ignore_errors=True)
         subprocess.run(["git", "worktree", "prune"], cwd=src, check=False)
@@ -73,24 +147,32 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
     for n, (patch, commit) in enumerate(zip(patches, commits), 1):
         msgs = checkpatch(src, patch)
         ok, secs = True, 0.0
+        by_config: Dict[str, bool] = {}
         built = build_each and first <= n <= last
         if built:
             subprocess.run(["git", "checkout", "-q", "--detach", "-f", commit], cwd=wt, check=True)
-            req = build.BuildRequest(src=wt, obj=obj, fragment=layout.fragment,
-                                     jobs=jobs or (os.cpu_count() or 1) + 1)
-            printer.info("series", f"building at {patch.relative_to(layout.patches)}")
-            start = time.monotonic()
-            r = build.configure(req, verify=False)
-            if r.status is build.Status.SUCCESS:
-                r = build.build(req)
-            ok = r.status is build.Status.SUCCESS
-            secs = time.monotonic() - start
-            if not ok:
-                printer.raw(r.message)
+            files = subprocess.run(["git", "show", "--name-only", "--format=", commit], cwd=wt,
+                                   capture_output=True, text=True, check=True).stdout.split()
+            for cfg in configs:
+                obj = layout.build / ("series-obj" if cfg == "on" else f"series-obj-{cfg}")
+                req = build.BuildRequest(src=wt, obj=obj, fragment=config_fragment(layout, cfg),
+                                         jobs=jobs or (os.cpu_count() or 1) + 1)
+                printer.info("series", f"building at {patch.relative_to(layout.patches)}, "
+                             f"XPFO and pgtprot {cfg}" + (", objects" if objects else ""))
+                start = time.monotonic()
+                r = build.configure(req, verify=False)
+                if r.status is build.Status.SUCCESS:
+                    r = (build_objects(req, objects_for(layout, cfg, files)) if objects
+                         else build.build(req))
+                by_config[cfg] = r.status is build.Status.SUCCESS
+                secs += time.monotonic() - start
+                if not by_config[cfg]:
+                    printer.raw(r.message)
+            ok = all(by_config.values())
         out.append(PatchCheck(str(patch.relative_to(layout.patches)), commit[:12], built, ok,
                               round(secs, 1),
                               _count(msgs, "ERROR"), _count(msgs, "WARNING"),
-                              _count(msgs, "CHECK"), msgs))
+                              _count(msgs, "CHECK"), msgs, by_config))
         state = ("ok" if ok else "FAILED") if built else "not built"
         printer.info("series", f"{patch.relative_to(layout.patches)}: build {state}, checkpatch "
                      f"{out[-1].errors} errors, {out[-1].warnings} warnings, "
@@ -99,11 +181,18 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
 
 
 def table(results: List[PatchCheck]) -> str:
-    lines = ["| patch | builds | build time | checkpatch --strict |", "|---|---|---|---|"]
+    cfgs = [c for c in CONFIGS if any(c in r.by_config for r in results)]
+    head = "".join(f" XPFO, pgtprot {c} |" for c in cfgs) or " builds |"
+    lines = [f"| patch |{head} build time | checkpatch --strict |",
+             "|---|" + "---|" * (max(len(cfgs), 1) + 2)]
     for r in results:
-        built = ("yes" if r.build_ok else "NO") if r.built else "not built"
+        if cfgs:
+            built = "".join(f" {('yes' if r.by_config[c] else 'NO') if c in r.by_config else '-'} |"
+                            for c in cfgs)
+        else:
+            built = f" {('yes' if r.build_ok else 'NO') if r.built else 'not built'} |"
         secs = printer.fmt_elapsed(r.build_seconds) if r.built else "-"
-        lines.append(f"| {r.patch} | {built} | {secs} | {r.errors} errors, "
+        lines.append(f"| {r.patch} |{built} {secs} | {r.errors} errors, "
                      f"{r.warnings} warnings, {r.checks} checks |")
     lines.append("")
     for r in results:

@@ -1,0 +1,61 @@
+"""The per-patch check: what it builds in each configuration, and its table."""
+
+from pathlib import Path
+
+import pytest
+
+from harness import series
+from harness.errors import HarnessError
+from harness.paths import Layout
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    root = tmp_path / "repo"
+    (root / "kernel" / "config").mkdir(parents=True)
+    (root / "kernel" / "config" / "xpfo.fragment").write_text(
+        "CONFIG_LKDTM=y\nCONFIG_XPFO=y\nCONFIG_XPFO_KUNIT_TEST=y\nCONFIG_PGTPROT=y\n")
+    lay = Layout(root=root)
+    for o in ("mm/xpfo.o", "fs/buffer.o", "drivers/misc/lkdtm/xpfo.o", "mm/memory.o"):
+        (lay.obj / o).parent.mkdir(parents=True, exist_ok=True)
+        (lay.obj / o).write_text("")
+    return lay
+
+
+def test_off_fragment_turns_both_features_off(layout: Layout):
+    text = series.config_fragment(layout, "off").read_text()
+    assert "CONFIG_LKDTM=y" in text
+    assert "CONFIG_XPFO=y" not in text and "CONFIG_XPFO_KUNIT_TEST" not in text
+    assert "# CONFIG_XPFO is not set" in text and "# CONFIG_PGTPROT is not set" in text
+    assert series.config_fragment(layout, "on") == layout.fragment
+
+
+def test_objects_are_the_hooks_and_what_the_test_kernel_builds(layout: Layout):
+    files = ["mm/xpfo.c", "fs/buffer.c", "fs/affs/file.c", "drivers/misc/lkdtm/xpfo.c",
+             "include/linux/xpfo.h", "tools/testing/x.c", "mm/memory.c"]
+    on = series.objects_for(layout, "on", files)
+    off = series.objects_for(layout, "off", files)
+    assert on[:len(series.HOOK_OBJECTS)] == list(series.HOOK_OBJECTS)
+    assert on.count("mm/memory.o") == 1
+    # fs/affs is not in the test kernel; headers and tools are not objects
+    assert set(on) - set(series.HOOK_OBJECTS) == {
+        "mm/xpfo.o", "fs/buffer.o", "drivers/misc/lkdtm/xpfo.o"}
+    # only a kernel with XPFO builds mm/xpfo.o; lkdtm's xpfo.o is always built
+    assert "mm/xpfo.o" not in off and "drivers/misc/lkdtm/xpfo.o" in off
+
+
+def test_unknown_configuration_and_missing_full_build(layout: Layout):
+    with pytest.raises(HarnessError, match="unknown configuration 'maybe'"):
+        series.check(layout, configs=("maybe",))
+    (layout.obj / "vmlinux.o").unlink(missing_ok=True)
+    with pytest.raises(HarnessError, match="--objects takes the list"):
+        series.check(layout, objects=True)
+
+
+def test_table_has_a_column_per_configuration():
+    r = series.PatchCheck("1-xpfo/0001-a.patch", "abc", True, False, 61.0, 0, 1, 0,
+                          ["x.patch:1: WARNING:FOO: bar"], {"on": True, "off": False})
+    text = series.table([r])
+    assert "| patch | XPFO, pgtprot on | XPFO, pgtprot off | build time |" in text
+    assert "| 1-xpfo/0001-a.patch | yes | NO | 1m01s | 0 errors, 1 warnings, 0 checks |" in text
+    assert "- 1-xpfo/0001-a.patch: WARNING:FOO: bar" in text
