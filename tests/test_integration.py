@@ -9,6 +9,7 @@ counters a mode must move).
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -72,11 +73,36 @@ def test_kunit_suite(attack_runs, mode):
     assert run["status"] == judge.Status.SUCCESS.value, run["reasons"]
 
 
-def test_series_has_no_checkpatch_errors(source_tree):
+# What checkpatch --strict may still say, patch by patch, and why (the cover
+# letters say it too): kmap()/kmap_atomic() where they are defined, tested or
+# needed; reiserfs is marked obsolete; PAGEFLAG() names; the TRACE_EVENT()
+# layout; asm/ headers where the linux/ one lacks the stubs or would be
+# circular; a KUnit case that must not sleep; cpufeatures.h's own spacing.
+CHECKPATCH_ALLOWED = {
+    "1-xpfo/0003": {"DEPRECATED_API", "CAMELCASE", "OPEN_ENDED_LINE", "PARENTHESIS_ALIGNMENT",
+                    "ARCH_INCLUDE_LINUX"},
+    "1-xpfo/0011": {"DEPRECATED_API"},
+    "1-xpfo/0013": {"DEPRECATED_API", "OBSOLETE"},
+    "1-xpfo/0014": {"OBSOLETE"},
+    "1-xpfo/0020": {"DEPRECATED_API", "USLEEP_RANGE"},
+    "2-pgtprot/0001": {"SPACING"},
+    "2-pgtprot/0002": {"ARCH_INCLUDE_LINUX"},
+}
+
+
+def test_series_is_checkpatch_clean_but_for_what_it_names(source_tree):
     from harness import series
     results = series.check(build_each=False)
     assert len(results) >= 4
     assert all(r.errors == 0 for r in results), [m for r in results for m in r.messages]
+    unexpected = []
+    for r in results:
+        allowed = CHECKPATCH_ALLOWED.get(r.patch[:r.patch.index("-", r.patch.index("/"))], set())
+        for m in r.messages:
+            kind = re.search(r": (?:WARNING|CHECK):([A-Z_]+):", m)
+            if not kind or kind.group(1) not in allowed:
+                unexpected.append(f"{r.patch}: {m}")
+    assert not unexpected, unexpected
 
 
 def test_checkpatch_spdx_check_is_real(source_tree):
