@@ -5,8 +5,9 @@ import argparse
 import pytest
 
 from conftest import ROOT
-from harness import cli, configs
+from harness import cli, configs, source
 from harness.errors import HarnessError
+from harness.paths import Layout
 
 
 def test_configs_cover_maxsmp_and_modules():
@@ -50,7 +51,7 @@ def test_series_doc_keeps_the_shipped_section(tmp_path):
 
 def _series_c_files() -> set:
     files = set()
-    for patch in sorted((ROOT / "kernel" / "patches").glob("0*.patch")):
+    for patch in source.patch_files(Layout(root=ROOT)):
         for line in patch.read_text(errors="replace").splitlines():
             if line.startswith("+++ b/") and line.endswith(".c"):
                 files.add(line[len("+++ b/"):])
