@@ -160,13 +160,17 @@ def judge_read(con: Console, step_name: str, test: str, run_mode: str,
 # the report names the protection key that stopped the store
 PGTPROT_OOPS = r"pgtprot: write to a page-table page \(pfn \S+\) denied by protection key \d+"
 _PGT_LANDED = re.compile(r"(\S+): (user wrote (0x[0-9a-f]+) to a read-only page through the "
-                         r"forged PTE|wrote the entry back through the direct map)")
+                         r"forged PTE|wrote the entry back through the direct map"
+                         r"|stored 0x[0-9a-f]+ in a kernel-image page table "
+                         r"through the kernel image)")
 PGTPROT_USER_VALUE = "0x5a5a5a5a5a5a5a5a"
 REFUSED = "refused (no PKS on this machine)"
 PGTPROT_ATTACKS = [
     Attack("PGTPROT_WRITE_PTE", "set _PAGE_RW in the PTE of a read-only user page"),
     Attack("PGTPROT_WRITE_PMD", "store to the PMD entry of a user mapping"),
     Attack("PGTPROT_WRITE_PGD", "store to the PGD entry of a user mapping"),
+    Attack("PGTPROT_WRITE_IMAGE", "store to a page table inside the kernel image through the "
+           "image's own mapping"),
 ]
 
 
@@ -227,6 +231,75 @@ def judge_pgt(con: Console, step_name: str, test: str, run_mode: str,
     return _stopped(incidents, PGTPROT_OOPS, "a pgtprot", test, run_mode)
 
 
+# pgtprot's alias audit (guest step pgtaudit, debugfs pgtprot/audit): every
+# page table reachable from the kernel's roots and every live user mm, and
+# how many of them some leaf maps writable without the key. Run at boot and
+# after the attack boot's workloads.
+PGT_AUDIT_LABELS = ("boot", "workloads")
+PGT_AUDIT_ALIASES = ("direct_map", "image", "user", "other")
+
+
+def pgt_audit_step(label: str) -> str:
+    return f"pgtaudit:{label}"
+
+
+def pgt_audit_test(label: str) -> str:
+    return f"PGTPROT_AUDIT[{label}]"
+
+
+def pgt_audit(con: Console, label: str) -> Optional[dict]:
+    """The audit's counts at `label`, None where it did not report."""
+    st = con.steps.get(pgt_audit_step(label))
+    for r in (st.results if st else []):
+        if "pgtaudit" in r:
+            return r["pgtaudit"]
+    return None
+
+
+def _aliases(a: dict) -> str:
+    parts = [f"{a[f'writable_{k}']} {k.replace('_', ' ')}" for k in PGT_AUDIT_ALIASES
+             if a.get(f"writable_{k}")]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def judge_pgt_audit(con: Console, label: str, run_mode: str, pks: bool = True) -> Verdict:
+    """Both sides of the audit: with pgtprot off (or refused) every table it
+    found has a writable alias, which shows the audit can find one; with
+    pgtprot on none may have."""
+    test = pgt_audit_test(label)
+    pgt = modes.pgt(run_mode)
+    refused = pgt_refused(con) if pgt != "off" else None
+    if pgt != "off" and (refused is not None or not pks):
+        if pks:
+            return Verdict(test, run_mode, False,
+                           f"pgtprot refused on a machine with PKS: {refused}")
+        if refused is None:
+            return Verdict(test, run_mode, False, "pgtprot not refused on a machine without PKS")
+        off = judge_pgt_audit(con, label, "off")
+        return Verdict(test, run_mode, off.passed, f"{REFUSED}: {off.detail}")
+    st = con.steps.get(pgt_audit_step(label))
+    if st is None or not st.ended:
+        return Verdict(test, run_mode, False, "the audit step did not run to its end")
+    a = pgt_audit(con, label)
+    if a is None:
+        return Verdict(test, run_mode, False, "no audit in this kernel (CONFIG_PGTPROT_DEBUG)")
+    tables, writable = a.get("tables", 0), a.get("writable", -1)
+    if tables <= 0 or a.get("roots", 0) <= 0:
+        return Verdict(test, run_mode, False, f"the audit found no page tables: {a}")
+    if pgt == "off":
+        if writable != tables:
+            return Verdict(test, run_mode, False,
+                           f"{writable} of {tables} tables writable with pgtprot off: audit broken")
+        return Verdict(test, run_mode, True,
+                       f"attack works: {writable} of {tables} tables writable{_aliases(a)}")
+    if writable != 0:
+        return Verdict(test, run_mode, False,
+                       f"NOT STOPPED: {writable} of {tables} tables writable{_aliases(a)}")
+    return Verdict(test, run_mode, True,
+                   f"stopped: 0 of {tables} tables writable ({a.get('tables_in_image', 0)} in "
+                   f"the kernel image, {a.get('user_mms', 0)} user mms)")
+
+
 DISK_ATTACKS = tuple(a.name for a in LKDTM_ATTACKS if a.needs_disk)
 NO_DISK = "n/a (no disk on this machine)"
 
@@ -255,6 +328,7 @@ def judge_all(con: Console, mode: str, cpus: int, disk: bool = True,
     out = [judge_read(con, f"lkdtm:{a.name}", a.name, mode, a.cleared_stops)
            for a in LKDTM_ATTACKS if _runs(a, cpus, disk)]
     out += [judge_pgt(con, f"lkdtm:{a.name}", a.name, mode, pks) for a in PGTPROT_ATTACKS]
+    out += [judge_pgt_audit(con, label, mode, pks) for label in PGT_AUDIT_LABELS]
     return out + judge_ret2dir(con, mode, disk)
 
 

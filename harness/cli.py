@@ -158,8 +158,10 @@ def attack_steps(cpus: int, disk: bool = True) -> List[str]:
     """The attack boot's steps; without a disk, none that needs one (the
     symlink step checks tmpfs and ramfs then, and ret2dir skips nothing:
     its page-cache variant is judged n/a)."""
-    return ["info", *(["disk"] if disk else []), "symlink", *attacks.lkdtm_steps(cpus, disk),
-            attacks.RET2DIR_STEP, *judge.GLOBAL_STEPS, "vmstat"]
+    first, last = attacks.PGT_AUDIT_LABELS
+    return ["info", attacks.pgt_audit_step(first), *(["disk"] if disk else []), "symlink",
+            *attacks.lkdtm_steps(cpus, disk), attacks.RET2DIR_STEP, *judge.GLOBAL_STEPS, "vmstat",
+            attacks.pgt_audit_step(last)]
 
 
 def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True,
@@ -195,7 +197,8 @@ def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True,
 
 
 # the table's rows in the catalogue's order; others after them
-_TEST_ORDER = ([a.name for a in attacks.LKDTM_ATTACKS + attacks.PGTPROT_ATTACKS] + ["ret2dir"]
+_TEST_ORDER = ([a.name for a in attacks.LKDTM_ATTACKS + attacks.PGTPROT_ATTACKS]
+               + [attacks.pgt_audit_test(label) for label in attacks.PGT_AUDIT_LABELS] + ["ret2dir"]
                + [f"ret2dir[{v}]" for v in attacks.RET2DIR_VARIANTS] + ["ret2dir[oopses]"])
 
 

@@ -94,7 +94,7 @@ def test_steps_that_need_a_disk():
     assert {"info", "symlink", attacks.RET2DIR_STEP, "lkdtm:XPFO_READ_USER"} <= set(steps)
     assert not any(guest.needs_disk(s) for s in steps)
     with_disk = cli.attack_steps(2)
-    assert with_disk[:3] == ["info", "disk", "symlink"]
+    assert with_disk[:4] == ["info", "pgtaudit:boot", "disk", "symlink"]
     assert set(attacks.lkdtm_steps(2)) <= set(with_disk)
     assert "lkdtm:XPFO_READ_BDEV" in with_disk
     na = attacks.not_applicable(1, disk=False)

@@ -1,6 +1,7 @@
 """pgtprot in the harness: mode names, both sides of the stray-store tests,
 the pgtprot KUnit suite's rules."""
 
+import json
 from pathlib import Path
 from typing import List
 
@@ -141,3 +142,71 @@ def test_a_machine_without_pks_must_refuse_pgtprot_and_say_so():
     # with pgtprot off the machine makes no difference
     assert attacks.judge_pgt(_step(PTE, _landed_pte()), PTE, "PGTPROT_WRITE_PTE", "strict",
                              pks=False).passed
+
+
+IMG = "lkdtm:PGTPROT_WRITE_IMAGE"
+
+
+def test_a_store_through_the_kernel_image_alias_is_judged_on_both_sides():
+    landed = ["PGTPROT_WRITE_IMAGE: stored 0x5a5a5a5a5a5a5a5a in a kernel-image page table "
+              "through the kernel image"]
+    v = attacks.judge_pgt(_step(IMG, landed), IMG, "PGTPROT_WRITE_IMAGE", "off")
+    assert v.passed and "the store landed" in v.detail
+    v = attacks.judge_pgt(_step(IMG, landed), IMG, "PGTPROT_WRITE_IMAGE", "strict+pgt-batched")
+    assert not v.passed and v.detail.startswith("NOT STOPPED")
+    assert attacks.judge_pgt(_step(IMG, OOPS), IMG, "PGTPROT_WRITE_IMAGE", "pgt-eager").passed
+    v = attacks.judge_pgt(_step(IMG, ["FAIL: PGTPROT_WRITE_IMAGE: no empty entry in the table"]),
+                          IMG, "PGTPROT_WRITE_IMAGE", "off")
+    assert not v.passed and "test broken" in v.detail
+
+
+def _audit(label: str, counts: dict, refused: bool = False) -> console.Console:
+    step = attacks.pgt_audit_step(label)
+    result = json.dumps({"label": label, "pgtaudit": counts})
+    head = (["pgtprot: refused: this CPU has no supervisor protection keys (PKS); "
+             "pgtprot=batched not enabled, page tables stay writable"] if refused else [])
+    return console.parse([*head, "KTAP version 1", "1..1", f"# XH-STEP-BEGIN {step}",
+                          f"XH-RESULT {step} {result}", f"ok 1 {step}", "# XH-DONE"])
+
+
+def _counts(tables: int, writable: int, **alias: int) -> dict:
+    out = {"enabled": 1, "roots": 6, "user_mms": 2, "tables": tables, "tables_in_image": 23,
+           "writable": writable}
+    out.update({f"writable_{k}": alias.get(k, 0) for k in attacks.PGT_AUDIT_ALIASES})
+    return out
+
+
+def test_the_alias_audit_must_find_every_table_writable_off_and_none_on():
+    off = _audit("boot", _counts(3100, 3100, direct_map=3100, image=23))
+    v = attacks.judge_pgt_audit(off, "boot", "strict")
+    assert v.passed and "attack works: 3100 of 3100" in v.detail and "23 image" in v.detail
+    # with pgtprot on, the image's tables alone fail it (the series before the fix)
+    image_only = _audit("boot", _counts(3100, 23, image=23))
+    v = attacks.judge_pgt_audit(image_only, "boot", "strict+pgt-batched")
+    assert not v.passed and v.detail.startswith("NOT STOPPED: 23 of 3100")
+    assert "23 image" in v.detail
+    assert v.test == "PGTPROT_AUDIT[boot]"
+    v = attacks.judge_pgt_audit(_audit("boot", _counts(3100, 0)), "boot", "pgt-eager")
+    assert v.passed and v.detail.startswith("stopped: 0 of 3100")
+    # an audit that finds tables it cannot call writable with pgtprot off is broken
+    v = attacks.judge_pgt_audit(_audit("boot", _counts(3100, 3000)), "boot", "off")
+    assert not v.passed and "audit broken" in v.detail
+    # an audit that found nothing proves nothing
+    assert not attacks.judge_pgt_audit(_audit("boot", _counts(0, 0)), "boot", "pgt-eager").passed
+    # no audit in the kernel, or no step at all
+    assert not attacks.judge_pgt_audit(_audit("boot", None), "boot", "pgt-eager").passed  # type: ignore
+    assert not attacks.judge_pgt_audit(_step(PTE, []), "workloads", "pgt-eager").passed
+
+
+def test_the_alias_audit_on_a_machine_without_pks_is_judged_as_off():
+    con = _audit("boot", _counts(3100, 3100, direct_map=3100), refused=True)
+    v = attacks.judge_pgt_audit(con, "boot", "pgt-batched", pks=False)
+    assert v.passed and v.detail.startswith(attacks.REFUSED)
+    assert not attacks.judge_pgt_audit(con, "boot", "pgt-batched").passed
+
+
+def test_the_attack_boot_audits_first_and_last():
+    from harness import cli
+    steps = cli.attack_steps(2)
+    assert steps[1] == "pgtaudit:boot" and steps[-1] == "pgtaudit:workloads"
+    assert "lkdtm:PGTPROT_WRITE_IMAGE" in steps
