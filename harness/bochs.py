@@ -7,9 +7,14 @@ xorriso) loads the kernel and the initramfs with the command line in
 isolinux.cfg. COM1 is the console and COM2 the runner's results port, both
 TCP connections from Bochs to listeners of the harness on 127.0.0.1.
 
-What Debian's build imposes: no `nogui` display (rfb with timeout=0 serves
-VGA on the first free TCP port from 5900 and does not wait for a client; two
-Bochs at once take two ports); the internal debugger is built in (-rc FILE
+What Debian's build imposes: no `nogui` display, and its `rfb` display
+serves the VGA screen by VNC on every interface, without a password, with
+no option to bind it to loopback. So Bochs draws into the `x` display
+(Debian's bochs-x) of a private Xvfb that the run starts on a display
+number Xvfb picks itself, with `-nolisten tcp`: reachable through its Unix
+socket only, and gone when the run ends. Neither process listens on a
+network port (tests/test_integration_machines.py checks it during a boot).
+The internal debugger is built in (-rc FILE
 holding `c` starts the machine without stopping); `ignore_bad_msrs=1`, or
 Linux's read of MSR 0x1a0 triple-faults. Bochs has no -no-reboot: a reset
 after the power-on one (a panic with panic=-1, a triple fault) ends the run,
@@ -18,7 +23,10 @@ through ACPI (it logs that as a panic and exits with status 1); where it
 does not, the kernel's "reboot: Power down" ends the run after a grace.
 """
 
+import contextlib
+import os
 import re
+import select
 import shutil
 import socket
 import subprocess
@@ -27,13 +35,16 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 from . import console, deps, errors, machines, printer, qemu
 from .errors import HarnessError
 
 BOCHS = "bochs-bin"     # /usr/bin/bochs is a wrapper that adds -q
 XORRISO = "xorriso"
+XVFB = "Xvfb"
+# how long Xvfb may take to say which display it took
+XVFB_START = 20.0
 ISOLINUX_BIN = Path(deps.BOCHS_PACKAGES["isolinux"])
 LDLINUX = Path(deps.BOCHS_PACKAGES["syslinux-common"])
 BIOS = Path(deps.BOCHS_PACKAGES["bochsbios"])
@@ -106,7 +117,8 @@ def bochsrc(m: qemu.Machine, files: Files, ports: Tuple[int, int],
         f"memory: guest={m.mem_mb}, host={m.mem_mb}",
         f"romimage: file={BIOS}, options=fastboot",
         f"vgaromimage: file={VGABIOS}",
-        'display_library: rfb, options="timeout=0"',
+        # an X window on the run's private Xvfb (DISPLAY): nothing listens
+        "display_library: x",
         "pci: enabled=1, chipset=i440fx",
         f"ata0-master: type=cdrom, path={files.iso}, status=inserted",
         "boot: cdrom",
@@ -132,7 +144,7 @@ def command(files: Files) -> List[str]:
 def check() -> None:
     """Bochs, its BIOSes, isolinux and xorriso: installed on first use."""
     deps.ensure(quiet=True, packages=deps.BOCHS_PACKAGES)
-    for exe in (BOCHS, XORRISO):
+    for exe in (BOCHS, XORRISO, XVFB):
         if shutil.which(exe) is None:
             raise HarnessError(f"{exe} not found",
                                f"install {' '.join(deps.BOCHS_PACKAGES)} (apt-get)")
@@ -154,6 +166,91 @@ def prepare(m: qemu.Machine, files: Files, ports: Tuple[int, int]) -> List[str]:
     return command(files)
 
 
+def xvfb_command(fd: int) -> List[str]:
+    """Xvfb on the first free display, which it writes to `fd`; local
+    (Unix socket) connections only."""
+    return [XVFB, "-displayfd", str(fd), "-nolisten", "tcp", "-nolisten", "udp",
+            "-screen", "0", "800x600x16", "-nocursor"]
+
+
+@contextlib.contextmanager
+def private_display(workdir: Path) -> Iterator[Tuple[str, "subprocess.Popen[bytes]"]]:
+    """A private X server for one run: yields its DISPLAY and its process,
+    and kills it when the run ends, however it ends."""
+    rfd, wfd = os.pipe()
+    err = workdir / "xvfb.log"
+    try:
+        with open(err, "wb") as errf:
+            cmd = xvfb_command(wfd)
+            printer.command(cmd)
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=errf,
+                                    stderr=subprocess.STDOUT, pass_fds=(wfd,),
+                                    start_new_session=True)
+    except OSError as e:
+        os.close(rfd)
+        raise HarnessError(f"cannot start {XVFB}: {e}",
+                           "install xvfb (apt-get), or run ./xpfo setup") from None
+    finally:
+        os.close(wfd)
+    try:
+        got = b""
+        deadline = time.monotonic() + XVFB_START
+        while not got.endswith(b"\n") and proc.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select([rfd], [], [], min(left, 0.2))
+            if ready:
+                chunk = os.read(rfd, 64)
+                if not chunk:
+                    break
+                got += chunk
+        number = got.strip().decode(errors="replace")
+        if not number.isdigit():
+            tail = err.read_text(errors="replace").strip().splitlines()[-3:]
+            raise HarnessError(f"{XVFB} did not start (it said: {' / '.join(tail) or 'nothing'})",
+                               "Bochs draws its screen into a private Xvfb; check that "
+                               "xvfb is installed")
+        yield f":{number}", proc
+    finally:
+        os.close(rfd)
+        qemu.stop(proc)
+
+
+def listening_sockets(pid: int) -> List[str]:
+    """The TCP and UDP sockets process `pid` has open that accept from a
+    network (listening TCP sockets, bound UDP ones), as "address:port" in
+    /proc/net's hex, loopback ones left out. A process in another network
+    namespace is read through its own /proc/PID/net."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:     # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = []
+    for table, listening in (("tcp", "0A"), ("tcp6", "0A"), ("udp", "07"), ("udp6", "07")):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if len(f) < 10 or f[9] not in inodes or f[3] != listening:
+                continue
+            addr = f[1].split(":")[0]
+            if addr in ("0100007F", "00000000000000000000000001000000"):
+                continue
+            out.append(f"{table} {f[1]}")
+    return out
+
+
 # the ports a dry run shows (a run listens on free ones)
 DRY_RUN_PORTS = (5555, 5556)
 
@@ -169,6 +266,9 @@ def dry_run(m: qemu.Machine, files: Files) -> None:
     printer.raw(f"# COM1 (console) and COM2 (results) connect to {HOST}:{DRY_RUN_PORTS[0]} "
                 f"and :{DRY_RUN_PORTS[1]}; listen there first, e.g. "
                 f"nc -l {HOST} {DRY_RUN_PORTS[0]}")
+    printer.raw("# the screen goes to a private X server: start one, and run Bochs with "
+                "DISPLAY=:N")
+    printer.command(xvfb_command(1))
     printer.command(command(files))
 
 
@@ -245,10 +345,13 @@ class _End:
 
 
 def run(m: qemu.Machine, timeout: float, log: Path, echo: bool = False,
-        watch: Optional[Callable[[console.Console], None]] = None) -> qemu.Run:
+        watch: Optional[Callable[[console.Console], None]] = None,
+        started: Optional[Callable[[List[int]], None]] = None) -> qemu.Run:
     """Boot on Bochs: the same contract as qemu.run (console streamed to
     `log` and parsed, the results port followed, killed at the deadline,
-    Ctrl-C or an exception kills it). Bochs's own log goes to `log`.bochs."""
+    Ctrl-C or an exception kills it). Bochs's own log goes to `log`.bochs.
+    `started`, if given, is called once with the pids of Bochs and its X
+    server when the guest's console has begun."""
     check()
     log.parent.mkdir(parents=True, exist_ok=True)
     own = log.with_name(log.name + ".bochs")
@@ -257,7 +360,8 @@ def run(m: qemu.Machine, timeout: float, log: Path, echo: bool = False,
     end = _End()
     clock = qemu.RunnerClock()
     with tempfile.TemporaryDirectory(prefix="xpfo-bochs-") as tmp, \
-            open(log, "w", errors="replace") as logf:
+            open(log, "w", errors="replace") as logf, \
+            private_display(Path(tmp)) as (display, xvfb):
 
         def take(text: str) -> None:
             with lock:
@@ -279,7 +383,7 @@ def run(m: qemu.Machine, timeout: float, log: Path, echo: bool = False,
             with open(own, "wb") as ownf:
                 proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=ownf,
                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                        cwd=tmp)
+                                        cwd=tmp, env={**os.environ, "DISPLAY": display})
         except OSError as e:
             for p in ports:
                 p.server.close()
@@ -305,12 +409,14 @@ def run(m: qemu.Machine, timeout: float, log: Path, echo: bool = False,
                     if end.powered_down is not None and \
                             now - end.powered_down >= POWER_OFF_GRACE:
                         break
-                    if watch is not None:
-                        with lock:
-                            n = len(parser.console.lines)
-                        if n != seen:
-                            seen = n
-                            watch(parser.console)
+                    with lock:
+                        n = len(parser.console.lines)
+                    if started is not None and n:
+                        started([proc.pid, xvfb.pid])
+                        started = None
+                    if watch is not None and n != seen:
+                        seen = n
+                        watch(parser.console)
                     time.sleep(0.05)
                 qemu.stop(proc)
             finally:

@@ -42,6 +42,9 @@ SELFTEST_PACKAGES = {
 # emulator, its BIOS and VGA BIOS, and what builds the isolinux CD it boots.
 BOCHS_PACKAGES = {
     "bochs": "/usr/bin/bochs-bin",
+    # the x display library, drawn into a private Xvfb (bochs.py)
+    "bochs-x": "/usr/lib/x86_64-linux-gnu/bochs/plugins/libbx_x_gui.so.0.0.0",
+    "xvfb": "/usr/bin/Xvfb",
     "bochsbios": "/usr/share/bochs/BIOS-bochs-latest",
     "vgabios": "/usr/share/vgabios/vgabios.bin",
     "isolinux": "/usr/lib/ISOLINUX/isolinux.bin",

@@ -16,10 +16,11 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Dict, List
 
 import pytest
 
-from harness import attacks, cli, guest, initramfs, judge, machines, modes, qemu
+from harness import attacks, bochs, cli, guest, initramfs, judge, machines, modes, qemu
 from harness.paths import LAYOUT, Layout
 
 pytestmark = pytest.mark.integration
@@ -55,10 +56,20 @@ def flags_tree(kernel, tmp_path_factory):
 
 
 def test_bochs_tgl_boots_to_the_runner_with_pcid_invpcid_and_cet(flags_tree):
+    """Also: while the guest runs, neither Bochs nor its X server has a
+    socket that accepts connections from another host (bochs.py)."""
     req = guest.GuestRequest(steps=["info", "cpuflags"], mem_mb=512, timeout=60,
                              label="bochs-tgl-flags", kernel=LAYOUT.bzimage,
                              machine="bochs-tgl")
-    r = guest.run(req, layout=flags_tree)
+    listening: Dict[int, List[str]] = {}
+
+    def started(pids: List[int]) -> None:
+        for pid in pids:
+            listening[pid] = bochs.listening_sockets(pid)
+
+    r = bochs.run(guest.machine(req, flags_tree), guest.deadline(req),
+                  guest.log_path(flags_tree, req.label), started=started)
+    assert len(listening) == 2 and not any(listening.values()), listening
     v = judge.boot(r)
     assert v.passed, v.reasons
     assert r.outcome is qemu.Outcome.POWERED_OFF

@@ -59,7 +59,7 @@ def test_bochsrc(tmp_path):
     # sockets to the harness's listeners: a file would be buffered by Bochs
     assert "com1: enabled=1, mode=socket-client, dev=127.0.0.1:4001" in lines
     assert "com2: enabled=1, mode=socket-client, dev=127.0.0.1:4002" in lines
-    assert 'display_library: rfb, options="timeout=0"' in lines
+    assert "display_library: x" in lines
     assert "panic: action=fatal" in lines
     with pytest.raises(Exception, match="no virtio disks"):
         bochs.bochsrc(_machine(tmp_path, "bochs-tgl", disks=[tmp_path / "d"]), files, (1, 2))
@@ -310,3 +310,26 @@ def test_kunit_cases_that_need_two_cpus_may_skip_on_one():
     assert judge.kunit(con, "strict", cpus=1).passed
     v = judge.kunit(con, "strict", cpus=2)
     assert v.reasons == ("KUnit xpfo suite, xpfo=strict: xpfo_test_remote_migrate skipped",)
+
+
+def test_listening_sockets_sees_a_listener_on_every_interface_and_not_on_loopback():
+    import os
+    import socket
+    from harness import bochs
+    with socket.create_server(("127.0.0.1", 0)) as lo:
+        assert bochs.listening_sockets(os.getpid()) == []
+        with socket.create_server(("0.0.0.0", 0)) as anyaddr:
+            port = f"{anyaddr.getsockname()[1]:04X}"
+            found = bochs.listening_sockets(os.getpid())
+            assert found == [f"tcp 00000000:{port}"], (found, lo)
+    assert bochs.listening_sockets(2 ** 22 + 7) == []      # no such process
+
+
+def test_bochs_draws_into_a_private_x_server_and_serves_no_vnc(tmp_path):
+    from harness import bochs
+    m = qemu.Machine(kernel=tmp_path / "bzImage", initrd=tmp_path / "initrd",
+                     kind=machines.get("bochs-tgl"))
+    rc = bochs.bochsrc(m, bochs.Files(tmp_path), (1, 2))
+    assert "display_library: x\n" in rc and "rfb" not in rc and "vnc" not in rc
+    xvfb = bochs.xvfb_command(3)
+    assert xvfb[xvfb.index("-nolisten") + 1] == "tcp"

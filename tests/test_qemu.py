@@ -142,3 +142,25 @@ def test_second_interrupt_while_stopping_still_kills(tmp_path, monkeypatch):
     monkeypatch.setattr(proc, "wait", wait)
     qemu.stop(proc)
     assert proc.returncode is not None and len(calls) == 2
+
+
+# what would make QEMU accept a connection: a display server, a monitor or
+# a serial port on a socket, a network device
+_LISTENERS = ("-vnc", "-spice", "-qmp", "-gdb", "-s", "-netdev", "-nic", "-net", "-chardev")
+
+
+@pytest.mark.parametrize("kind", ["qemu", "qemu-pti"])
+@pytest.mark.parametrize("interactive", [False, True])
+def test_qemu_listens_nowhere(tmp_path, kind, interactive):
+    from harness import machines
+    m = qemu.Machine(kernel=tmp_path / "bzImage", initrd=tmp_path / "initrd",
+                     disks=[tmp_path / "d"],
+                     kind=machines.get(kind))
+    args = m.qemu_args(interactive=interactive)
+    assert args[args.index("-display") + 1] == "none" and "-nodefaults" in args
+    assert not set(_LISTENERS) & set(args), args
+    for opt in ("-serial", "-monitor"):
+        for i, a in enumerate(args):
+            if a == opt:
+                assert args[i + 1] in ("stdio", "mon:stdio", "none") \
+                    or args[i + 1].startswith("file:"), args[i + 1]
