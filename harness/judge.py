@@ -135,6 +135,7 @@ KUNIT_PGT_ONLY = {"xpfo_test_slots_one_window": _PGT_SECTIONS,
                   "xpfo_test_iter_atomic_one_window": _PGT_SECTIONS}
 PGT_KUNIT_MODE_ONLY = {"pgtprot_test_section_window": _PGT_SECTIONS,
                        "pgtprot_test_irq_in_section": _PGT_SECTIONS,
+                       "pgtprot_test_softirq_in_section": _PGT_SECTIONS,
                        "pgtprot_test_section_pins_cpu": _PGT_SECTIONS}
 
 
