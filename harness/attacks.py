@@ -300,6 +300,69 @@ def judge_pgt_audit(con: Console, label: str, run_mode: str, pks: bool = True) -
                    f"the kernel image, {a.get('user_mms', 0)} user mms)")
 
 
+# predict (guest/src/predict.c): how often the next fault of a size gets
+# the block just freed. An attacker who frees a block and faults again at
+# once must not get it back but by chance in strict mode; with XPFO off
+# the allocator hands it back (the other side: the measure can fail).
+PREDICT_STEP = "sh:predict"
+PREDICT_MODES = ("off", "strict")
+# (name, result keys, limit on the share of trials in strict)
+PREDICT_ORDERS = (
+    ("4K", "reuse", 0.01),      # the shuffled per-CPU refills
+    ("64K", "mthp", 0.03),      # the random buddy pick, 1000 trials
+    ("2M", "thp", 0.05),        # 200 trials
+)
+PREDICT_OTHER_LIMIT = 0.05      # every other mTHP size, 200 trials each
+PREDICT_OFF_MIN = 0.5           # off: the block comes back at least this often
+PREDICT_MIN_TRIALS = 0.9        # of the planned trials, the rest "small"
+
+
+def predict_runs(run_mode: str) -> bool:
+    return modes.xpfo(run_mode) in PREDICT_MODES
+
+
+def _predict_one(test: str, run_mode: str, trials: int, same: int, small: int,
+                 planned: int, limit: float) -> Verdict:
+    if trials < PREDICT_MIN_TRIALS * planned:
+        return Verdict(test, run_mode, False,
+                       f"only {trials} of {planned} trials got a large folio ({small} small)")
+    share = f"{same} of {trials} ({100.0 * same / trials:.1f}%)"
+    if modes.xpfo(run_mode) == "off":
+        if same < PREDICT_OFF_MIN * trials:
+            return Verdict(test, run_mode, False,
+                           f"with XPFO off the block came back in only {share}: measure broken?")
+        return Verdict(test, run_mode, True, f"attack works: the block just freed came back "
+                                             f"in {share}")
+    if same > limit * trials:
+        return Verdict(test, run_mode, False, f"PREDICTABLE: the block just freed came back in "
+                                              f"{share}, limit {100 * limit:.0f}%")
+    return Verdict(test, run_mode, True, f"by chance only: {share}, limit {100 * limit:.0f}%")
+
+
+def judge_predict(con: Console, run_mode: str) -> List[Verdict]:
+    """One verdict per size predict measured: 4K, 64K, 2M and every other
+    mTHP size the kernel offers."""
+    st = con.steps.get(PREDICT_STEP)
+    r = next((x["predict"] for x in (st.results if st else []) if "predict" in x), None)
+    if st is None or not st.ended or r is None:
+        return [Verdict("PREDICT", run_mode, False, "predict did not report")]
+    out = []
+    for name, key, limit in PREDICT_ORDERS:
+        planned = 200 if key == "thp" else 1000
+        same = r.get("reuse_same" if key == "reuse" else f"{key}_same", 0)
+        trials = r.get("reuse_trials" if key == "reuse" else f"{key}_trials", 0)
+        out.append(_predict_one(f"PREDICT[{name}]", run_mode, trials, same,
+                                r.get(f"{key}_small", 0), planned, limit))
+    other = r.get("mthp_other", {})
+    if not other:
+        out.append(Verdict("PREDICT[mTHP]", run_mode, False, "no other mTHP size measured"))
+    for kb in sorted(other, key=int):
+        o = other[kb]
+        out.append(_predict_one(f"PREDICT[{kb}K]", run_mode, o.get("trials", 0),
+                                o.get("same", 0), o.get("small", 0), 200, PREDICT_OTHER_LIMIT))
+    return out
+
+
 DISK_ATTACKS = tuple(a.name for a in LKDTM_ATTACKS if a.needs_disk)
 NO_DISK = "n/a (no disk on this machine)"
 

@@ -173,12 +173,15 @@ def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True,
         # every suite the test kernel has: xpfo and pgtprot
         params += ["kunit.enable=1"]
     label = f"attacks-{mode}" + ("" if kind.name == machines.DEFAULT else f"-{kind.name}")
-    req = guest.GuestRequest(steps=attack_steps(cpus, kind.has_disk), cpus=cpus, mem_mb=1024,
+    # predict's faults of up to 2M each take minutes at Bochs's speed
+    predict = attacks.predict_runs(mode) and kind.emulator == machines.QEMU
+    steps = attack_steps(cpus, kind.has_disk) + ([attacks.PREDICT_STEP] if predict else [])
+    req = guest.GuestRequest(steps=steps, cpus=cpus, mem_mb=1024,
                              params=params, timeout=timeout, disk=kind.has_disk,
                              label=label, machine=kind.name)
     r = guest.run(req)
     con = r.console
-    j = judge.attack_run(r, mode, cpus, with_kunit=kunit)
+    j = judge.attack_run(r, mode, cpus, with_kunit=kunit, predict=predict)
     stray = judge.incidents(con, judge.attack_steps(cpus)).reasons
     info = next(iter(con.steps["info"].results), {}) if "info" in con.steps else {}
     return {

@@ -120,6 +120,7 @@ def bench_boot(run: qemu.Run) -> Verdict:
 KUNIT_SUITE = "xpfo"
 KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batch",),
                    "xpfo_test_strict_free_to_tail": ("strict",),
+                   "xpfo_test_strict_large_reuse": ("strict",),
                    "xpfo_test_never_user": ("batch", "strict"),
                    "xpfo_test_strict_hot_reuse": ("strict",),
                    "xpfo_test_remote_migrate": ("sync", "strict"),
@@ -230,12 +231,16 @@ def attack_steps(cpus: int) -> List[str]:
     return attacks.lkdtm_steps(cpus) + [attacks.RET2DIR_STEP]
 
 
-def attack_run(run: qemu.Run, mode: str, cpus: int, with_kunit: bool = True) -> AttackRun:
-    """A boot of the attack tests (and the KUnit suite) in one mode."""
+def attack_run(run: qemu.Run, mode: str, cpus: int, with_kunit: bool = True,
+               predict: bool = False) -> AttackRun:
+    """A boot of the attack tests (and the KUnit suite) in one mode; with
+    `predict`, the predict step's reuse counts too."""
     con = run.console
     # a machine without a disk does not run the tests that need one
     kind = run.machine.kind
     verdicts = attacks.judge_all(con, mode, cpus, disk=kind.has_disk, pks=kind.has_pks)
+    if predict:
+        verdicts += attacks.judge_predict(con, mode)
     parts = [boot(run, allowed_steps=attack_steps(cpus)),
              _failure([f"{v.test} ({modes.label(mode)}): {v.detail}"
                        for v in verdicts if not v.passed])]

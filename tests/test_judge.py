@@ -223,6 +223,7 @@ def _attack_log(kunit: List[str]) -> List[str]:
 def test_cmd_test_fails_on_kunit_with_xpfo_off(monkeypatch, capsys):
     from harness import attacks, cli
     monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus, disk=True, pks=True: [])
+    monkeypatch.setattr(attacks, "judge_predict", lambda con, mode: [])
     _fake_guest(monkeypatch, _attack_log(["ok 1 a # SKIP off"]))
     assert cli.main(["test", "--modes", "off"]) == 0
     _fake_guest(monkeypatch, _attack_log(["not ok 1 a"]))
@@ -235,6 +236,7 @@ def test_cmd_demo_fails_on_kunit_and_on_benchmark_failures(monkeypatch, capsys):
 
     from harness import attacks, cli
     monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus, disk=True, pks=True: [])
+    monkeypatch.setattr(attacks, "judge_predict", lambda con, mode: [])
     bench = SimpleNamespace(failures=[])
     monkeypatch.setattr(cli, "run_bench", lambda *a, **kw: bench)
     good = {"off": ["ok 1 a # SKIP off"], "on": ["ok 1 a"]}

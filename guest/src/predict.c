@@ -7,9 +7,11 @@
  *           new page faulted in at once; counted when the new page got the
  *           frame just freed. Repeated for 4K pages (the per-CPU lists),
  *           64K mTHPs (an order the per-CPU lists do not hold: the buddy
- *           allocator's free lists; enabled here for the run) and 2M THPs
- *           (MADV_HUGEPAGE). A large fault that got no large folio is
- *           counted apart (_small) and not as a trial of its size.
+ *           allocator's free lists; enabled here for the run), every other
+ *           mTHP size the kernel offers below 2M (16K-1M, each enabled
+ *           alone for its run, fewer trials) and 2M THPs (MADV_HUGEPAGE).
+ *           A large fault that got no large folio is counted apart
+ *           (_small) and not as a trial of its size.
  *   spray:  SPRAY fresh pages faulted in one after another; counted when a
  *           page's frame is the previous page's frame plus or minus one
  *           (the buddy allocator hands a refill out in physical order).
@@ -18,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +32,7 @@
 #define PAGE	4096UL
 #define TRIALS	1000
 #define TRIALS_THP	200
+#define TRIALS_MTHP	200	/* each mTHP size but 64K */
 #define SPRAY	4096
 
 static int pagemap = -1;
@@ -51,7 +55,7 @@ static uint64_t pfn_of(void *addr)
 
 #define MTHP	(64 * 1024UL)
 #define THP	(2 * 1024 * 1024UL)
-#define MTHP_CTL "/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled"
+#define MTHP_DIR "/sys/kernel/mm/transparent_hugepage"
 
 struct reuse {
 	unsigned int trials, same, small;
@@ -61,6 +65,7 @@ struct reuse {
 static char *fresh(size_t size, size_t *len)
 {
 	int advice = size == THP ? MADV_HUGEPAGE : MADV_NOHUGEPAGE;
+	int mthp = size != PAGE && size != THP;
 	char *p;
 
 	*len = size == PAGE ? PAGE : 2 * size;
@@ -70,8 +75,8 @@ static char *fresh(size_t size, size_t *len)
 		fprintf(stderr, "predict: mmap: %s\n", strerror(errno));
 		exit(2);
 	}
-	/* MADV_NOHUGEPAGE would turn mTHP off too; a 128K VMA holds no THP */
-	if (size != MTHP && madvise(p, *len, advice)) {
+	/* MADV_NOHUGEPAGE would turn mTHP off too; a 2*size VMA holds no THP */
+	if (!mthp && madvise(p, *len, advice)) {
 		fprintf(stderr, "predict: madvise: %s\n", strerror(errno));
 		exit(2);
 	}
@@ -116,12 +121,15 @@ static struct reuse reuse(size_t size, unsigned int trials)
 	return r;
 }
 
-/* Turn 64K mTHP on for the run; returns the policy to restore, or NULL. */
-static char *mthp_on(void)
+/* Turn @kb mTHP on for the run; returns the policy to restore, or NULL. */
+static char *mthp_on(unsigned long kb)
 {
 	static char was[64];
-	char *l, *r;
-	FILE *f = fopen(MTHP_CTL, "r+");
+	char ctl[128], *l, *r;
+	FILE *f;
+
+	snprintf(ctl, sizeof(ctl), MTHP_DIR "/hugepages-%lukB/enabled", kb);
+	f = fopen(ctl, "r+");
 
 	if (!f)
 		return NULL;
@@ -138,9 +146,13 @@ static char *mthp_on(void)
 	return was;
 }
 
-static void mthp_restore(const char *was)
+static void mthp_restore(unsigned long kb, const char *was)
 {
-	FILE *f = was ? fopen(MTHP_CTL, "w") : NULL;
+	char ctl[128];
+	FILE *f;
+
+	snprintf(ctl, sizeof(ctl), MTHP_DIR "/hugepages-%lukB/enabled", kb);
+	f = was ? fopen(ctl, "w") : NULL;
 
 	if (f) {
 		fputs(was, f);
@@ -148,12 +160,48 @@ static void mthp_restore(const char *was)
 	}
 }
 
+/*
+ * Every mTHP size the kernel offers but 64K and 2M, each enabled alone
+ * for its run: one JSON member per size ("16": {...}), appended to @out.
+ */
+static void other_mthp(char *out, size_t room)
+{
+	DIR *d = opendir(MTHP_DIR);
+	struct dirent *e;
+	const char *sep = "";
+	size_t used = 0;
+
+	out[0] = 0;
+	while (d && (e = readdir(d))) {
+		unsigned long kb;
+		struct reuse r;
+		char *was;
+
+		if (sscanf(e->d_name, "hugepages-%lukB", &kb) != 1 ||
+		    kb == MTHP / 1024 || kb >= THP / 1024)
+			continue;
+		was = mthp_on(kb);
+		if (!was)
+			continue;
+		r = reuse(kb * 1024, TRIALS_MTHP);
+		mthp_restore(kb, was);
+		used += snprintf(out + used, room - used,
+				 "%s\"%lu\": {\"trials\": %u, \"same\": %u, \"small\": %u}",
+				 sep, kb, r.trials, r.same, r.small);
+		if (used >= room)
+			break;
+		sep = ", ";
+	}
+	if (d)
+		closedir(d);
+}
+
 int main(void)
 {
 	struct reuse r4k, r64k, r2m;
 	unsigned int i, adjacent = 0;
 	uint64_t prev = 0;
-	char *p, *was;
+	char *p, *was, others[2048];
 
 	pagemap = open("/proc/self/pagemap", O_RDONLY);
 	if (pagemap < 0) {
@@ -161,9 +209,10 @@ int main(void)
 		return 2;
 	}
 	r4k = reuse(PAGE, TRIALS);
-	was = mthp_on();
+	was = mthp_on(MTHP / 1024);
 	r64k = reuse(MTHP, TRIALS);
-	mthp_restore(was);
+	mthp_restore(MTHP / 1024, was);
+	other_mthp(others, sizeof(others));
 	r2m = reuse(THP, TRIALS_THP);
 
 	p = mmap(NULL, SPRAY * PAGE, PROT_READ | PROT_WRITE,
@@ -185,8 +234,8 @@ int main(void)
 	printf("RESULT {\"predict\": {\"reuse_trials\": %u, \"reuse_same\": %u, "
 	       "\"mthp_trials\": %u, \"mthp_same\": %u, \"mthp_small\": %u, "
 	       "\"thp_trials\": %u, \"thp_same\": %u, \"thp_small\": %u, "
-	       "\"spray_pages\": %u, \"spray_adjacent\": %u}}\n",
+	       "\"spray_pages\": %u, \"spray_adjacent\": %u, \"mthp_other\": {%s}}}\n",
 	       r4k.trials, r4k.same, r64k.trials, r64k.same, r64k.small,
-	       r2m.trials, r2m.same, r2m.small, SPRAY, adjacent);
+	       r2m.trials, r2m.same, r2m.small, SPRAY, adjacent, others);
 	return 0;
 }
