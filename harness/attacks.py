@@ -309,7 +309,7 @@ PREDICT_MODES = ("off", "strict")
 # (name, result keys, limit on the share of trials in strict)
 PREDICT_ORDERS = (
     ("4K", "reuse", 0.01),      # the shuffled per-CPU refills
-    ("64K", "mthp", 0.03),      # the random buddy pick, 1000 trials
+    ("64K", "mthp", 0.05),      # the random buddy pick, 1000 trials
     ("2M", "thp", 0.05),        # 200 trials
 )
 PREDICT_OTHER_LIMIT = 0.05      # every other mTHP size, 200 trials each
