@@ -12,7 +12,7 @@ through the frame's direct-map (physmap) alias. Both sides are checked:
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from . import modes
 from .console import Console, Step
@@ -187,23 +187,35 @@ def pgt_refused(con: Console) -> Optional[str]:
     return None
 
 
+def _pgt_refusal(con: Console, test: str, run_mode: str, pks: bool,
+                 as_off: Callable[[], Verdict]) -> Optional[Verdict]:
+    """Where the mode asks for pgtprot and the kernel refused it, or the
+    machine has no PKS: the verdict (`as_off` judges the run as with
+    pgtprot off, which a refusal on a machine without PKS must match).
+    None where pgtprot is off or was not refused on a machine with PKS."""
+    if modes.pgt(run_mode) == "off":
+        return None
+    refused = pgt_refused(con)
+    if refused is None and pks:
+        return None
+    if pks:
+        return Verdict(test, run_mode, False, f"pgtprot refused on a machine with PKS: {refused}")
+    if refused is None:
+        return Verdict(test, run_mode, False, "pgtprot not refused on a machine without PKS")
+    off = as_off()
+    return Verdict(test, run_mode, off.passed, f"{REFUSED}: {off.detail}")
+
+
 def judge_pgt(con: Console, step_name: str, test: str, run_mode: str,
               pks: bool = True) -> Verdict:
     """Judge one stray page-table store: its pgtprot part decides. On a
     machine without PKS (`pks` false) pgtprot must refuse at boot, and the
     store then lands as with pgtprot off: the table says so."""
     pgt = modes.pgt(run_mode)
-    refused = pgt_refused(con) if pgt != "off" else None
-    if pgt != "off" and (refused is not None or not pks):
-        if pks:
-            return Verdict(test, run_mode, False,
-                           f"pgtprot refused on a machine with PKS: {refused}")
-        if refused is None:
-            return Verdict(test, run_mode, False,
-                           "pgtprot not refused on a machine without PKS")
-        off = judge_pgt(con, step_name, test, "off")
-        return Verdict(test, run_mode, off.passed,
-                       f"{REFUSED}: {off.detail}")
+    refusal = _pgt_refusal(con, test, run_mode, pks,
+                           lambda: judge_pgt(con, step_name, test, "off"))
+    if refusal is not None:
+        return refusal
     st = _step(con, step_name)
     if st is None:
         return Verdict(test, run_mode, False, "step never started (guest died earlier?)")
@@ -268,15 +280,10 @@ def judge_pgt_audit(con: Console, label: str, run_mode: str, pks: bool = True) -
     pgtprot on none may have."""
     test = pgt_audit_test(label)
     pgt = modes.pgt(run_mode)
-    refused = pgt_refused(con) if pgt != "off" else None
-    if pgt != "off" and (refused is not None or not pks):
-        if pks:
-            return Verdict(test, run_mode, False,
-                           f"pgtprot refused on a machine with PKS: {refused}")
-        if refused is None:
-            return Verdict(test, run_mode, False, "pgtprot not refused on a machine without PKS")
-        off = judge_pgt_audit(con, label, "off")
-        return Verdict(test, run_mode, off.passed, f"{REFUSED}: {off.detail}")
+    refusal = _pgt_refusal(con, test, run_mode, pks,
+                           lambda: judge_pgt_audit(con, label, "off"))
+    if refusal is not None:
+        return refusal
     st = con.steps.get(pgt_audit_step(label))
     if st is None or not st.ended:
         return Verdict(test, run_mode, False, "the audit step did not run to its end")
