@@ -307,6 +307,32 @@ def judge_pgt_audit(con: Console, label: str, run_mode: str, pks: bool = True) -
                    f"the kernel image, {a.get('user_mms', 0)} user mms)")
 
 
+IMAGE_TAIL = "IMAGE_TAIL"
+
+
+def judge_image_tail(con: Console, run_mode: str, pks: bool = True) -> Verdict:
+    """The kernel image's mapping past _brk_end (the rest of its last 2M
+    page) maps memory the page allocator hands out: with XPFO or pgtprot
+    on, none of it may stay writable there (the audit after the
+    workloads); with both off it is, which shows the count can fail."""
+    label = PGT_AUDIT_LABELS[-1]
+    a = pgt_audit(con, label)
+    if a is None or "image_tail_writable" not in a:
+        return Verdict(IMAGE_TAIL, run_mode, False, "no audit of the image's tail")
+    n = a["image_tail_writable"]
+    pgt_on = modes.pgt(run_mode) != "off" and pks and pgt_refused(con) is None
+    if modes.xpfo(run_mode) == "off" and not pgt_on:
+        if n <= 0:
+            return Verdict(IMAGE_TAIL, run_mode, False,
+                           "no writable page past _brk_end with protection off: audit broken?")
+        return Verdict(IMAGE_TAIL, run_mode, True,
+                       f"attack works: {n} pages past _brk_end writable through the image")
+    if n:
+        return Verdict(IMAGE_TAIL, run_mode, False,
+                       f"NOT STOPPED: {n} pages past _brk_end writable through the image")
+    return Verdict(IMAGE_TAIL, run_mode, True, "stopped: nothing past _brk_end mapped writable")
+
+
 # predict (guest/src/predict.c): how often the next fault of a size gets
 # the block just freed. An attacker who frees a block and faults again at
 # once must not get it back but by chance in strict mode; with XPFO off
@@ -399,6 +425,7 @@ def judge_all(con: Console, mode: str, cpus: int, disk: bool = True,
            for a in LKDTM_ATTACKS if _runs(a, cpus, disk)]
     out += [judge_pgt(con, f"lkdtm:{a.name}", a.name, mode, pks) for a in PGTPROT_ATTACKS]
     out += [judge_pgt_audit(con, label, mode, pks) for label in PGT_AUDIT_LABELS]
+    out.append(judge_image_tail(con, mode, pks))
     return out + judge_ret2dir(con, mode, disk)
 
 

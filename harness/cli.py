@@ -201,7 +201,8 @@ def run_attacks(mode: str, cpus: int, timeout: float, kunit: bool = True,
 
 # the table's rows in the catalogue's order; others after them
 _TEST_ORDER = ([a.name for a in attacks.LKDTM_ATTACKS + attacks.PGTPROT_ATTACKS]
-               + [attacks.pgt_audit_test(label) for label in attacks.PGT_AUDIT_LABELS] + ["ret2dir"]
+               + [attacks.pgt_audit_test(label) for label in attacks.PGT_AUDIT_LABELS]
+               + [attacks.IMAGE_TAIL, "ret2dir"]
                + [f"ret2dir[{v}]" for v in attacks.RET2DIR_VARIANTS] + ["ret2dir[oopses]"])
 
 

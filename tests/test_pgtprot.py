@@ -210,3 +210,21 @@ def test_the_attack_boot_audits_first_and_last():
     steps = cli.attack_steps(2)
     assert steps[1] == "pgtaudit:boot" and steps[-1] == "pgtaudit:workloads"
     assert "lkdtm:PGTPROT_WRITE_IMAGE" in steps
+
+
+def test_the_image_tail_must_be_unmapped_with_protection_and_mapped_without():
+    def con(n: int, refused: bool = False) -> console.Console:
+        c = _counts(3100, 0)
+        c["image_tail_writable"] = n
+        return _audit("workloads", c, refused=refused)
+
+    assert attacks.judge_image_tail(con(0), "strict").passed
+    assert attacks.judge_image_tail(con(0), "pgt-batched").passed
+    v = attacks.judge_image_tail(con(400), "pgt-eager")
+    assert not v.passed and v.detail.startswith("NOT STOPPED: 400 pages")
+    v = attacks.judge_image_tail(con(400), "off")
+    assert v.passed and v.detail.startswith("attack works")
+    assert not attacks.judge_image_tail(con(0), "off").passed
+    # pgtprot refused on a machine without PKS and XPFO off: as off
+    assert attacks.judge_image_tail(con(400, refused=True), "pgt-batched", pks=False).passed
+    assert not attacks.judge_image_tail(_step(PTE, []), "strict").passed
