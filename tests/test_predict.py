@@ -41,9 +41,13 @@ def test_strict_passes_at_chance_and_fails_when_the_block_comes_back():
 
 def test_off_must_show_the_reuse_it_measures():
     v = attacks.judge_predict(_con(_result(1000, 1000, 200, 200)), "off")
-    assert all(x.passed and x.detail.startswith("attack works") for x in v), v
+    assert all(x.passed for x in v), v
+    assert all(x.detail.startswith("attack works") for x in v[:3]), v
     v = attacks.judge_predict(_con(_result(0, 1000, 200, 200)), "off")
     assert [x.test for x in v if not x.passed] == ["PREDICT[4K]"]
+    # the other mTHP sizes are reported, not judged, with XPFO off
+    v = attacks.judge_predict(_con(_result(1000, 1000, 200, 0)), "off")
+    assert all(x.passed for x in v) and "reported" in v[-1].detail
 
 
 def test_too_few_large_folios_or_no_report_fails():
