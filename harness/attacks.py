@@ -30,11 +30,11 @@ _DEFERRED_WHY = ("deferred leaves the alias in other CPUs' TLBs until they switc
                  "enter the kernel (from user mode, or by an interrupt) or leave idle; "
                  "the reader spins in the kernel")
 _BATCH_WHY = ("batch hands a frame reused hot from the per-CPU list to userspace with "
-              "deferred mode's flush only (measured in issue 11: 63-64 of 64 such frames "
-              "readable); only a refill is flushed everywhere at once")
+              "deferred mode's flush only (measured in the strict-mode work of 2026-11-21: "
+              "63-64 of 64 such frames readable); only a refill is flushed everywhere at once")
 _BATCH_THP_WHY = ("batch flushes only order-0 refills everywhere at once; a THP reused hot "
-                  "from the per-CPU list gets deferred mode's flush (issue 11: 383-990 of "
-                  "1024 THP frames readable)")
+                  "from the per-CPU list gets deferred mode's flush (the strict-mode work of "
+                  "2026-11-21: 383-990 of 1024 THP frames readable)")
 _MTHP_WHY = ("an mTHP order (64K) is never on a per-CPU list: deferred and batch hand it "
              "to userspace with deferred mode's flush")
 BY_DESIGN = {

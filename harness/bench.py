@@ -7,9 +7,11 @@ event count.
 """
 
 import dataclasses
+import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -17,12 +19,23 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from pathlib import Path
 
-from . import buildload, console, guest, machines, modes, printer, qemu
+from . import buildload, console, guest, machines, modes, printer, qemu, report, source
 from .errors import HarnessError
+from .paths import LAYOUT, write_json
 
 # A mode is a boot parameter of the series' kernel, except 'vanilla': the
 # same configuration built without the series.
 VANILLA = "vanilla"
+# `./xpfo bench`'s modes by default, and every mode it takes (the pgtprot
+# modes and the non-global direct map's on request)
+DEFAULT_MODES = (VANILLA,) + modes.XPFO_MODES
+ALL_MODES = DEFAULT_MODES + modes.PGT_RUN_MODES + modes.DMAP_RUN_MODES
+# files the build workload compiles in a --quick run
+QUICK_BUILD_FILES = 8
+# what one boot takes, for an estimate before a run: on the 2-core QEMU TCG
+# host of the README's timings, the demo's quick run (2 vCPUs) 2m51s for 8
+# boots, the full one (1 and 2 vCPUs) 49m39s for 30
+BOOT_ESTIMATE_S = {True: 21.0, False: 99.0}
 
 
 @dataclass(frozen=True)
@@ -422,4 +435,126 @@ def from_logs(logs: Sequence[Path], req: BenchRequest, meta: Dict[str, object]) 
         cpus_seen, meta.get("host_cpus") or os.cpu_count())
     data.meta.setdefault("policy", {n: POLICY.get(n, "") for w in req.workloads
                                     for n in w.reports})
+    return data
+
+
+def estimate(n_modes: int, cpus: Sequence[int], rounds: int, quick: bool) -> float:
+    """Seconds a run of that size is expected to take (before the first
+    boot; once one is done, run() prints its own "~Xm left")."""
+    return n_modes * len(cpus) * rounds * BOOT_ESTIMATE_S[quick]
+
+
+def command_line(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: bool,
+                 workloads: Optional[Sequence[str]] = None, kernel: Optional[str] = None,
+                 icount: bool = False, machine: str = machines.DEFAULT) -> str:
+    """The ./xpfo bench command that makes a run: the report's first line."""
+    parts = ["./xpfo bench", "--modes", *modes, "--cpus", *map(str, cpus),
+             "--rounds", str(rounds)]
+    if quick:
+        parts.append("--quick")
+    if workloads:
+        parts += ["--workloads", *workloads]
+    if kernel:
+        parts += ["--kernel", kernel]
+    if icount:
+        parts.append("--icount")
+    if machine != machines.DEFAULT:
+        parts += ["--machine", machine]
+    return " ".join(parts)
+
+
+def default_cpus_on(machine: str) -> List[int]:
+    """The vCPU counts of a run that names none: the machine kind's fixed
+    count, or default_cpus()."""
+    fixed = machines.get(machine).cpus
+    return [fixed] if fixed else default_cpus()
+
+
+def check_machine(machine: str, modes: Sequence[str], cpus: Sequence[int], quick: bool,
+                  workloads: Optional[Sequence[str]] = None, icount: bool = False) -> None:
+    """Refuse what the machine kind cannot run, before anything boots."""
+    kind = machines.get(machine)
+    if kind.emulator == machines.QEMU:
+        return
+    if icount:
+        raise HarnessError(f"--icount is QEMU's; machine {kind.name} is {kind.emulator}",
+                           "leave --icount out: Bochs's clock already runs at its `ips` "
+                           "guest instructions per second")
+    if VANILLA in modes:
+        raise HarnessError(f"the vanilla kernel is benchmarked on QEMU machines only, "
+                           f"not on {kind.name}")
+    if kind.cpus is not None and list(cpus) != [kind.cpus]:
+        raise HarnessError(f"machine {kind.name} has {kind.cpus} CPU"
+                           f"{'s' if kind.cpus > 1 else ''}, not "
+                           f"{' '.join(map(str, cpus))}",
+                           f"give --cpus {kind.cpus}, or leave --cpus out")
+    wls = select(QUICK if quick else FULL, workloads)
+    bad = sorted({n for w in wls if w.step.startswith("build") or ":disk_read" in w.step
+                  for n in w.reports})
+    if bad:
+        raise HarnessError(f"machine {kind.name} has no disk (no virtio), and workload"
+                           f"{'s' if len(bad) > 1 else ''} {', '.join(bad)} need"
+                           f"{'' if len(bad) > 1 else 's'} one",
+                           "choose others with --workloads (e.g. page_fault fork exec lseek)")
+
+
+def write_report(data: BenchData, outdir: Path, command: str) -> None:
+    """results.json, results.md and the plots in `outdir`, replaced whole;
+    the tables on the terminal."""
+    tmp = outdir.with_name(outdir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write_json(tmp / "results.json", {"meta": data.meta, "samples": data.samples,
+                                      "failures": data.failures, "windows": data.windows})
+    text = report.tables(data)
+    (tmp / "results.md").write_text(f"Command: `{command}`\n\n{text}\n")
+    report.plots(data, tmp)
+    shutil.rmtree(outdir, ignore_errors=True)
+    tmp.rename(outdir)
+    printer.raw(text)
+    printer.info("bench", f"results, tables and plots in {outdir}")
+
+
+def run_and_report(modes: Sequence[str], cpus: Sequence[int], rounds: int, quick: bool,
+                   outdir: Path, command: str, vanilla: Optional[Path] = None,
+                   tcg_threads: str = "multi", kernel: Optional[Path] = None,
+                   workloads: Optional[Sequence[str]] = None,
+                   icount: bool = False, machine: str = machines.DEFAULT) -> BenchData:
+    """`./xpfo bench`: run the benchmark and write its report to `outdir`.
+    `vanilla`: the image of the 'vanilla' mode; `kernel`: the series' image
+    (default: the one built in build/)."""
+    req = BenchRequest(modes=modes, cpus=cpus, rounds=rounds, icount=icount, machine=machine,
+                       workloads=select(QUICK if quick else FULL, workloads),
+                       build_files=QUICK_BUILD_FILES if quick else buildload.DEFAULT_FILES,
+                       vanilla_kernel=vanilla, tcg_threads=tcg_threads)
+    data = run(req, meta={"command": command, "series_commit": source.head_commit(),
+                          "kernel": "6.12 + kernel/patches", "quick": quick,
+                          "machine": machine,
+                          "kernel_image": str(kernel or LAYOUT.bzimage)},
+               kernel=kernel)
+    write_report(data, outdir, command)
+    return data
+
+
+def rebuild(logs: Sequence[str], outdir: Path, cpus: Sequence[int], rounds: int,
+            quick: bool, workloads: Optional[Sequence[str]], command: str) -> BenchData:
+    """`./xpfo bench --from-logs`: the report rebuilt from saved guest logs,
+    with the run's own description (host, QEMU, series, date) when the
+    report in `outdir` is that run's."""
+    # every mode the logs hold, pgtprot's included
+    req = BenchRequest(modes=ALL_MODES, cpus=cpus, rounds=rounds,
+                       workloads=select(QUICK if quick else FULL, workloads))
+    paths = [Path(p) for p in logs]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise HarnessError(f"no such log: {missing[0]}")
+    meta: Dict[str, object] = {}
+    try:
+        meta = json.loads((outdir / "results.json").read_text())["meta"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    meta.update({"command": command, "from_logs": True})
+    data = from_logs(paths, req, meta)
+    write_report(data, outdir, f"{command}`; report rebuilt from its {len(paths)} guest "
+                 f"logs with `./xpfo bench {'--quick ' if quick else ''}--from-logs LOG...")
     return data

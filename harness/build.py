@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional
 
-from . import config, printer
+from . import config, deps, initramfs, printer, source
+from .errors import HarnessError
 from .paths import LAYOUT, Layout
 
 BASE_CONFIGS = ["x86_64_defconfig", "kvm_guest.config"]
@@ -216,8 +217,6 @@ def vanilla_request(layout: Layout = LAYOUT, jobs: Optional[int] = None) -> Buil
     It is the reference that shows what xpfo=off costs: a git worktree of
     build/src at the base tag, built into build/vanilla-obj.
     """
-    from . import source
-
     src = layout.build / "vanilla-src"
     if not (src / ".git").exists():
         subprocess.run(["git", "worktree", "prune"], cwd=layout.src, check=False)
@@ -236,3 +235,56 @@ def request(layout: Layout = LAYOUT, jobs: Optional[int] = None,
     n = jobs or (os.cpu_count() or 1) + 1
     return BuildRequest(src=layout.src, obj=layout.obj, fragment=layout.fragment,
                         jobs=n, use_ccache=ccache)
+
+
+def ensure_kernel(jobs: Optional[int] = None, force_build: bool = False,
+                  layout: Layout = LAYOUT) -> None:
+    """deps -> source -> config -> build -> initramfs, each skipped when current."""
+    deps.ensure(quiet=True)
+    source.prepare(layout)
+    req = request(layout, jobs=jobs)
+    # a second ./xpfo started while one builds waits for it, then boots
+    # what it built, rather than running make over the same objects
+    with lock(req):
+        if force_build or not is_current(req):
+            r = configure(req)
+            if r.status is not Status.SUCCESS:
+                raise HarnessError(f"kernel config failed: {r.message}")
+            r = build(req)
+            if r.status is not Status.SUCCESS:
+                raise HarnessError(f"kernel build failed:\n{r.message}",
+                                   "fix the series in build/src, then ./xpfo build")
+        initramfs.build(layout)
+
+
+def ensure_vanilla(jobs: Optional[int] = None, force: bool = False,
+                   layout: Layout = LAYOUT) -> Path:
+    """The kernel without the series, for the 'vanilla' benchmark mode."""
+    source.prepare(layout)
+    req = vanilla_request(layout, jobs=jobs)
+    if force or not is_current(req):
+        for step in (configure, build):
+            r = step(req)
+            if r.status is not Status.SUCCESS:
+                raise HarnessError(f"vanilla kernel {r.status.value}: {r.message}")
+    return req.obj / "arch/x86/boot/bzImage"
+
+
+def given_image(path: str, layout: Layout = LAYOUT) -> Path:
+    """A kernel image named on the command line, booted as it is: nothing
+    is built but the initramfs, when stale."""
+    kernel = Path(path).resolve()
+    if not kernel.is_file():
+        raise HarnessError(f"no such kernel image: {kernel}")
+    initramfs.build(layout)
+    return kernel
+
+
+def check_config(jobs: Optional[int] = None, layout: Layout = LAYOUT) -> Path:
+    """`./xpfo config`: generate the kernel .config and verify that every
+    option of the fragment took effect; its path."""
+    source.prepare(layout)
+    r = configure(request(layout, jobs=jobs))
+    if r.status is not Status.SUCCESS:
+        raise HarnessError(f"kernel config failed: {r.message}")
+    return layout.obj / ".config"

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from . import build, printer
+from . import build, deps, printer, series, source
+from .errors import HarnessError
 from .paths import LAYOUT, Layout
 
 
@@ -157,3 +158,44 @@ def table(results: Sequence[ConfigResult]) -> str:
                     f"{'builds' if r.ok else 'FAILS: ' + first} | "
                     f"{printer.fmt_elapsed(r.elapsed)} |")
     return "\n".join(rows)
+
+
+def run(names: Sequence[str], layout: Layout = LAYOUT, jobs: Optional[int] = None,
+        write: bool = False) -> bool:
+    """`./xpfo configs`: build each named configuration (all without names),
+    print the table (and with `write` record it in docs/SERIES.md); true
+    when every one builds."""
+    unknown = [n for n in names if n not in {c.name for c in CONFIGS}]
+    if unknown:
+        raise HarnessError(f"unknown configuration {unknown[0]!r}",
+                           "known: " + ", ".join(c.name for c in CONFIGS))
+    deps.ensure(quiet=True)
+    source.prepare(layout)
+    results = []
+    for cfg in by_name(names):
+        printer.info("configs", f"{cfg.name}: {cfg.what} (a clean build in build/cfg-{cfg.name})")
+        r = build_one(cfg, layout, jobs=jobs)
+        printer.info("configs", f"{cfg.name}: {'builds' if r.ok else 'FAILS'} "
+                     f"({printer.fmt_elapsed(r.elapsed)})")
+        if not r.ok:
+            printer.raw(r.message)
+        results.append(r)
+    text = table(results)
+    printer.raw(text)
+    if write:
+        write_doc(text, layout)
+    return all(r.ok for r in results)
+
+
+def write_doc(text: str, layout: Layout = LAYOUT) -> Path:
+    """The table as docs/SERIES.md's shipped-configurations section, the
+    per-patch part kept."""
+    path = series.doc_path(layout)
+    head, _ = series.split_doc(path)
+    path.write_text(head.rstrip("\n") + f"\n\n{series.SHIPPED_HEADING}\n\n"
+                    f"Command: `./xpfo configs --write`, "
+                    f"{time.strftime('%Y-%m-%d', time.gmtime())}. Each is a build from "
+                    "scratch (with ccache) of `x86_64_defconfig` + `kvm_guest.config` + "
+                    "the options named, at the series HEAD shown; not run in CI.\n\n"
+                    f"{text}\n")
+    return path

@@ -30,7 +30,10 @@ RCU stall) is an Incident, attributed to the step during which it appeared.
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set
+
+from .errors import HarnessError
 
 _TS = re.compile(r"^\[\s*\d+\.\d+\]\s?")
 _PREFIX = re.compile(r"^(?:<\d>)?")
@@ -263,3 +266,31 @@ def parse(lines: Iterable[str]) -> Console:
     for line in lines:
         p.feed(line)
     return p.console
+
+
+def read(path: Path) -> Console:
+    """Parse a saved console log."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as e:
+        raise HarnessError(f"cannot read {path}: {e}") from None
+    return parse(text.splitlines())
+
+
+def describe(con: Console) -> List[str]:
+    """What `./xpfo parse` prints of a log: each step, its results, the
+    incidents, the KTAP cases and whether the runner finished."""
+    out = []
+    for name in con.order:
+        st = con.steps[name]
+        state = f"exit {st.exit_status}" if st.ended else "did not finish"
+        out.append(f"step {name}: {state}, {len(st.results)} results")
+        for res in st.results:
+            out.append(f"  RESULT {json.dumps(res, sort_keys=True)}")
+    for inc in con.incidents:
+        out.append(f"incident {inc.kind} during {inc.step or 'boot'}: {inc.first_line}")
+    for case in con.ktap:
+        out.append(f"ktap {case.suite}.{case.name}: {case.status}")
+    plan = f" ({con.reported} of {con.planned} steps)" if con.planned is not None else ""
+    out.append(f"runner finished: {'yes' if con.runner_finished() else 'no'}{plan}")
+    return out

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from . import attacks, bochs, initramfs, machines, printer, qemu
+from . import attacks, bochs, initramfs, judge, machines, printer, qemu
 from .errors import HarnessError
 from .paths import LAYOUT, Layout
 
@@ -56,6 +56,37 @@ def check_steps(kind: machines.Kind, steps: Sequence[str]) -> None:
                            "run them on a QEMU machine (--machine qemu or qemu-pti)")
 
 
+def check_machine(name: str, steps: Sequence[str] = (), install: bool = True) -> machines.Kind:
+    """An unknown machine, a step it cannot run or a missing emulator fails
+    before any build; `install`: Bochs's packages are installed first."""
+    kind = machines.get(name)
+    check_steps(kind, steps)
+    if install and kind.emulator == machines.BOCHS:
+        bochs.check()
+    return kind
+
+
+def check_disk_machine(name: str, what: str) -> machines.Kind:
+    """A command that needs the scratch disk runs on a QEMU machine only."""
+    kind = check_machine(name, install=False)
+    if not kind.has_disk:
+        raise HarnessError(f"{what} need a disk, and machine {kind.name} has none (no virtio)",
+                           "use --machine qemu or qemu-pti")
+    return kind
+
+
+def check_boot(name: str, steps: Sequence[str], dry_run: bool = False) -> machines.Kind:
+    """`./xpfo boot`'s machine, checked before anything is built: a Bochs
+    machine runs steps only (its console is not a terminal). A dry run
+    installs nothing."""
+    kind = check_machine(name, steps, install=not dry_run)
+    if kind.emulator == machines.BOCHS and not steps:
+        raise HarnessError(f"machine {kind.name} runs steps only (its console is not "
+                           "a terminal)", "name the steps, e.g. ./xpfo boot --machine "
+                           f"{kind.name} info")
+    return kind
+
+
 def machine(req: GuestRequest, layout: Layout = LAYOUT) -> qemu.Machine:
     kind = machines.get(req.machine)
     check_steps(kind, req.steps)
@@ -100,3 +131,23 @@ def run(req: GuestRequest, layout: Layout = LAYOUT, echo: bool = False) -> qemu.
         printer.raw(r.last_lines(25))
         printer.raw("---")
     return r
+
+
+def boot(req: GuestRequest, dry_run: bool = False) -> int:
+    """`./xpfo boot`: with `dry_run` print what a boot would run; without
+    steps a shell on the console; with steps run them and judge the boot.
+    The exit status."""
+    m = machine(req)
+    if dry_run:
+        if m.kind.emulator == machines.BOCHS:
+            bochs.dry_run(m, bochs.Files(Path("xpfo-bochs")))
+        else:
+            printer.command(m.qemu_args(interactive=not req.steps))
+        return 0
+    if not req.steps:
+        return qemu.interactive(m)
+    r = run(req, echo=True)
+    verdict = judge.boot(r)
+    for reason in verdict.reasons:
+        printer.raw(f"FAIL: {reason}")
+    return 0 if verdict.passed else 1

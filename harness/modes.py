@@ -25,6 +25,9 @@ PGT_RUN_MODES = ("pgt-eager", "pgt-batched", "strict+pgt-batched")
 NONGLOBAL = "nonglobal"
 DMAP_RUN_MODES = ("off+nonglobal", "strict+nonglobal")
 ALL_MODES = XPFO_MODES + PGT_RUN_MODES + DMAP_RUN_MODES
+# the recommended configuration: xpfo=strict pgtprot=batched (pgtprot needs
+# a CPU with PKS: without one the kernel refuses it at boot and runs strict)
+RECOMMENDED = "strict+pgt-batched"
 
 
 def _parts(mode: str) -> Tuple[str, str, str]:

@@ -1,5 +1,7 @@
 """Where things live. Everything generated goes under build/ and out/."""
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,3 +66,11 @@ class Layout:
 
 
 LAYOUT = Layout()
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write atomically: a failed run never leaves a half-written result."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)

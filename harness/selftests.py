@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import console, deps, guest, initramfs, machines, printer, qemu
+from . import console, deps, guest, initramfs, machines, printer, qemu, source
 from . import modes as modes_
 from .errors import HarnessError
-from .paths import LAYOUT, Layout
+from .paths import LAYOUT, Layout, write_json
 
 STEP = "selftests"
 MM = "tools/testing/selftests/mm"
@@ -707,3 +707,49 @@ def from_logs(logs: Sequence[Path]) -> Dict[str, dict]:
     for r in runs.values():
         r["programs"] = {pid: d for pid, d in r["programs"].items() if pid in ran}
     return runs
+
+
+def command_line(modes: Sequence[str], cpus: int, parallel: int = 1,
+                 machine: str = machines.DEFAULT, programs: Sequence[str] = (),
+                 kernel: Optional[str] = None) -> str:
+    return ("./xpfo selftests --modes " + " ".join(modes) + f" --cpus {cpus}"
+            + (f" --parallel {parallel}" if parallel > 1 else "")
+            + ("" if machine == machines.DEFAULT else f" --machine {machine}")
+            + (" --programs " + " ".join(programs) if programs else "")
+            + (f" --kernel {kernel}" if kernel else ""))
+
+
+def run_and_record(modes: Sequence[str], cpus: int, kernel: Optional[str] = None,
+                   layout: Layout = LAYOUT, jobs: Optional[int] = None, parallel: int = 1,
+                   machine: str = machines.DEFAULT, programs: Sequence[str] = ()) -> dict:
+    """`./xpfo selftests`: run_suite, its result in out/selftests.json.
+    `kernel`: an image to boot as it is, as named on the command line
+    (default: the one built in build/, current)."""
+    image: Optional[Path] = None
+    if kernel:
+        image = Path(kernel).resolve()
+        if not image.is_file():
+            raise HarnessError(f"no such kernel image: {kernel}")
+    data = run_suite(modes, cpus, image, layout=layout, jobs=jobs, parallel=parallel,
+                     machine=machine, only=programs, meta={
+        "command": command_line(modes, cpus, parallel, machine, programs, kernel),
+        "series_commit": "unknown (--kernel)" if image else source.head_commit(layout),
+        "kernel_image": str(image or layout.bzimage)})
+    out = layout.out / "selftests.json"
+    write_json(out, data)
+    printer.info("selftests", f"{'no difference from off' if data['passed'] else 'FAILED'}; "
+                 f"results in {out}")
+    return data
+
+
+def rebuild(logs: Sequence[str], layout: Layout = LAYOUT) -> dict:
+    """`./xpfo selftests --from-logs`: the table from saved guest logs, and
+    out/selftests.json."""
+    paths = [Path(p) for p in logs]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise HarnessError(f"no such log: {missing[0]}")
+    data = summarize(from_logs(paths), {
+        "command": "./xpfo selftests --from-logs " + " ".join(map(str, paths))}, {})
+    write_json(layout.out / "selftests.json", data)
+    return data

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import build, printer, source
+from . import build, deps, printer, source
 from .errors import HarnessError
 from .paths import LAYOUT, Layout
 
@@ -199,3 +199,66 @@ def table(results: List[PatchCheck]) -> str:
         for m in r.messages:
             lines.append(f"- {r.patch}: {m.split(': ', 1)[-1]}")
     return "\n".join(lines)
+
+
+def repo_head(layout: Layout = LAYOUT) -> str:
+    """The repository commit that holds kernel/patches (the kernel tree's
+    own commits are re-made by git am in every clone)."""
+    r = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=layout.root,
+                       capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
+# docs/SERIES.md: the per-patch table (series-check --write), then the
+# shipped configurations' (configs --write); each command keeps the other's
+SHIPPED_HEADING = "## Shipped configurations"
+
+
+def doc_path(layout: Layout = LAYOUT) -> Path:
+    return layout.root / "docs" / "SERIES.md"
+
+
+def split_doc(path: Path) -> "tuple[str, str]":
+    """docs/SERIES.md: the per-patch part and the shipped-configurations part."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return "", ""
+    i = text.find(SHIPPED_HEADING)
+    return (text, "") if i < 0 else (text[:i], "\n" + text[i:])
+
+
+def write_doc(text: str, objects: bool, layout: Layout = LAYOUT) -> Path:
+    """The per-patch table into docs/SERIES.md, its shipped part kept."""
+    path = doc_path(layout)
+    path.parent.mkdir(exist_ok=True)
+    _, shipped = split_doc(path)
+    how = ("`make prepare`, then with `-Werror` the objects of the patch's own C "
+           "files that the test kernel builds and the files that carry XPFO and "
+           "pgtprot hooks (`harness/series.py`)" if objects else
+           "the whole bzImage over the previous patch's objects, with ccache: build "
+           "times are incremental, not clean builds")
+    cmd = "./xpfo series-check" + (" --objects" if objects else "") + " --write"
+    path.write_text(f"# Series check\n\nCommand: `{cmd}`, "
+                    f"{time.strftime('%Y-%m-%d', time.gmtime())}, repository commit "
+                    f"`{repo_head(layout)}`.\n\n"
+                    "Each patch is checked out in `build/series-src` and built in the "
+                    "test kernel's configuration (XPFO and pgtprot on) and in the same "
+                    f"with both not set (off): {how}.\n\n"
+                    f"{text}\n{shipped}")
+    return path
+
+
+def run_check(layout: Layout = LAYOUT, jobs: Optional[int] = None, build_each: bool = True,
+              first: int = 1, last: Optional[int] = None, configs: Sequence[str] = CONFIGS,
+              objects: bool = False, write: bool = False) -> bool:
+    """`./xpfo series-check`: check every patch, print the table (and with
+    `write` record it); true when every patch built with no checkpatch error."""
+    deps.ensure(quiet=True)
+    results = check(layout, jobs=jobs, build_each=build_each, first=first, last=last,
+                    configs=configs, objects=objects)
+    text = table(results)
+    printer.raw(text)
+    if write:
+        write_doc(text, objects, layout)
+    return all(r.build_ok and r.errors == 0 for r in results)

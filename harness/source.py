@@ -227,6 +227,13 @@ def prepare(layout: Layout = LAYOUT, force: bool = False) -> Path:
     return src
 
 
+def head_commit(layout: Layout = LAYOUT) -> str:
+    """The commit build/src is at: the series' HEAD as applied here."""
+    r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=layout.src, capture_output=True,
+                       text=True)
+    return r.stdout.strip() or "unknown"
+
+
 def export(layout: Layout = LAYOUT) -> List[Path]:
     """Write the commits on top of the base back to kernel/patches."""
     src = layout.src

@@ -217,24 +217,38 @@ def test_pgtprot_table_counts_switches_per_operation_fault_and_window():
 
 
 def test_bench_on_bochs_refuses_what_it_cannot_run(monkeypatch):
-    from harness import cli, errors
-    import argparse
+    from harness import errors
     import pytest
 
-    def args(**kw):
+    def check(**kw):
         base = dict(machine="bochs-pti", icount=False, modes=["off", "strict"], cpus=[2],
                     quick=False, workloads=["page_fault", "lseek"])
-        return argparse.Namespace(**{**base, **kw})
+        bench.check_machine(**{**base, **kw})
 
-    cli._check_bench_machine(args())
+    check()
     with pytest.raises(errors.HarnessError, match="--icount is QEMU's"):
-        cli._check_bench_machine(args(icount=True))
+        check(icount=True)
     with pytest.raises(errors.HarnessError, match="has 2 CPUs, not 4"):
-        cli._check_bench_machine(args(cpus=[4]))
+        check(cpus=[4])
     with pytest.raises(errors.HarnessError, match="build_sys.* need one|disk_read"):
-        cli._check_bench_machine(args(workloads=["build_sys", "disk_read"]))
+        check(workloads=["build_sys", "disk_read"])
+    with pytest.raises(errors.HarnessError, match="vanilla kernel is benchmarked on QEMU"):
+        check(modes=["vanilla", "off"])
     # QEMU kinds run everything
-    cli._check_bench_machine(args(machine="qemu", workloads=["build_sys"], cpus=[4]))
+    check(machine="qemu", workloads=["build_sys"], cpus=[4])
+
+
+def test_bench_command_line_and_estimate():
+    assert (bench.command_line(["off", "sync"], [2], 2, True)
+            == "./xpfo bench --modes off sync --cpus 2 --rounds 2 --quick")
+    assert (bench.command_line(["off"], [1], 3, False, ["fork"], "k", True, "bochs-tgl")
+            == "./xpfo bench --modes off --cpus 1 --rounds 3 --workloads fork --kernel k "
+            "--icount --machine bochs-tgl")
+    # before the first boot: boots x a boot's time, quick or full
+    assert bench.estimate(6, [2], 2, quick=True) == 12 * bench.BOOT_ESTIMATE_S[True]
+    assert bench.estimate(5, [1, 2], 3, quick=False) == 30 * bench.BOOT_ESTIMATE_S[False]
+    assert bench.default_cpus_on("bochs-tgl") == [1]
+    assert bench.default_cpus_on("qemu") == bench.default_cpus()
 
 
 def test_tlb_table_per_thousand_calls_or_pages():

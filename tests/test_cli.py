@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness import cli
+from harness import build, cli
 
 
 @pytest.mark.parametrize("argv", [["bogus"], ["boot", "--cpus", "0"], ["boot", "--mode", "nope"],
@@ -33,7 +33,7 @@ def test_parse_judges_a_saved_log(capsys):
                                   ["stress", "--machine", "nosuch"]])
 def test_disk_commands_refuse_a_machine_without_a_disk(argv, capsys, monkeypatch):
     # refused before anything is built or booted
-    monkeypatch.setattr(cli, "ensure_kernel", lambda args: pytest.fail("built"))
+    monkeypatch.setattr(build, "ensure_kernel", lambda *a, **kw: pytest.fail("built"))
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1

@@ -1,11 +1,9 @@
 """The shipped-configuration builds: selection, table, and SERIES.md sections."""
 
-import argparse
-
 import pytest
 
 from conftest import ROOT
-from harness import cli, configs, source
+from harness import configs, series, source
 from harness.errors import HarnessError
 from harness.paths import Layout
 
@@ -37,14 +35,14 @@ def test_table_says_which_configuration_fails_and_why():
 
 def test_unknown_configuration_is_one_error():
     with pytest.raises(HarnessError, match="unknown configuration 'bogus'"):
-        cli.cmd_configs(argparse.Namespace(names=["bogus"], jobs=None, write=False))
+        configs.run(["bogus"])
 
 
 def test_series_doc_keeps_the_shipped_section(tmp_path):
     doc = tmp_path / "SERIES.md"
-    assert cli._split_series_doc(doc) == ("", "")
+    assert series.split_doc(doc) == ("", "")
     doc.write_text("# Series check\n\n| p |\n\n## Shipped configurations\n\n| c |\n")
-    head, shipped = cli._split_series_doc(doc)
+    head, shipped = series.split_doc(doc)
     assert head == "# Series check\n\n| p |\n\n"
     assert shipped.strip().startswith("## Shipped configurations") and "| c |" in shipped
 

@@ -7,7 +7,6 @@ what a verdict cannot know (the guest's own view of its CPUs and mode, the
 counters a mode must move).
 """
 
-import argparse
 import os
 import re
 import subprocess
@@ -15,7 +14,8 @@ import sys
 
 import pytest
 
-from harness import attacks, cli, deps, guest, judge, modes, qemu, source
+from harness import attack_runs as boots
+from harness import attacks, bench, build, deps, guest, judge, modes, qemu, source, stress
 from harness.paths import LAYOUT
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ STRESS_SECONDS = int(os.environ.get("XPFO_STRESS_SECONDS", "60"))
 
 @pytest.fixture(scope="session")
 def kernel():
-    cli.ensure_kernel(argparse.Namespace(jobs=None))
+    build.ensure_kernel()
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +37,7 @@ def source_tree():
 
 @pytest.fixture(scope="session")
 def attack_runs(kernel):
-    return {mode: cli.run_attacks(mode, cpus=2, timeout=900) for mode in cli.TEST_MODES}
+    return {mode: boots.run(mode, cpus=2, timeout=900) for mode in boots.TEST_MODES}
 
 
 def test_guest_reports_from_inside(attack_runs):
@@ -49,7 +49,7 @@ def test_guest_reports_from_inside(attack_runs):
         assert run["info"]["kernel"].startswith("6.12")
 
 
-@pytest.mark.parametrize("mode", list(cli.TEST_MODES))
+@pytest.mark.parametrize("mode", list(boots.TEST_MODES))
 def test_attacks_both_sides(attack_runs, mode):
     run = attack_runs[mode]
     attack = [r for r in run["reasons"] if not r.startswith("KUnit")]
@@ -59,7 +59,7 @@ def test_attacks_both_sides(attack_runs, mode):
     assert {f"ret2dir[{v}]" for v in attacks.RET2DIR_VARIANTS} <= names
 
 
-@pytest.mark.parametrize("mode", list(cli.TEST_MODES))
+@pytest.mark.parametrize("mode", list(boots.TEST_MODES))
 def test_kunit_suite(attack_runs, mode):
     # judge.kunit: every case reported; with XPFO on all pass but the
     # batch-only case outside batch, with XPFO off all skip; the same for
@@ -198,9 +198,9 @@ def test_kmap_sites_one_mapping_per_thp_and_per_page_copied(kernel):
     assert off["write"]["counters"]["xpfo_kmap"] == 0
 
 
-@pytest.mark.parametrize("run_mode", list(cli.MODES) + list(modes.PGT_RUN_MODES))
+@pytest.mark.parametrize("run_mode", list(modes.XPFO_MODES) + list(modes.PGT_RUN_MODES))
 def test_stress_smp4(kernel, run_mode):
-    res = cli.run_stress(run_mode, cpus=4, seconds=STRESS_SECONDS, mem_mb=512)
+    res = stress.run(run_mode, cpus=4, seconds=STRESS_SECONDS, mem_mb=512)
     mode, pgt = modes.split(run_mode)
     assert res["status"] == judge.Status.SUCCESS.value, res["reasons"]
     # every worker did its work at least once, page-cache churn included
@@ -222,8 +222,18 @@ def test_stress_smp4(kernel, run_mode):
         assert c["xpfo_tlb_nonglobal"] == 0, c
     if mode in ("sync", "strict"):
         # a frame that may be in another TLB is flushed there before it is
-        # handed out, and kunmap() flushes every CPU: no deferred request
+        # handed out, and kunmap() flushes every CPU: no deferred request;
+        # a CPU in user mode or idle is asked to flush before it is busy
+        # again instead of an IPI, and takes at most one flush per request
         assert c["xpfo_flush_ipi_sent"] > 0 and c["xpfo_deferred_request"] == 0
+        assert c["xpfo_quiet_request"] > 0, c
+        assert 0 < c["xpfo_quiet_flush"] <= c["xpfo_quiet_request"], c
+    else:
+        assert c.get("xpfo_quiet_request", 0) == 0, c
+    if mode in ("batch", "strict"):
+        # frames userspace freed in batches were cleared there, and user
+        # faults got some of them without a clear of their own
+        assert c["xpfo_zeroed"] > 0 and c["xpfo_zeroed_used"] > 0, c
     if mode in ("deferred", "batch"):
         assert c["xpfo_deferred_flush"] > 0
     if mode in ("batch", "strict"):
@@ -282,8 +292,8 @@ def test_stress_smp4(kernel, run_mode):
 
 def test_tiny_benchmark_end_to_end(kernel, tmp_path):
     # single-threaded TCG, as for the other tests (docs/TESTING.md)
-    data = cli.run_bench(["off", "sync"], [2], 1, True, tmp_path / "bench",
-                         "tiny benchmark from the test suite", tcg_threads="single")
+    data = bench.run_and_report(["off", "sync"], [2], 1, True, tmp_path / "bench",
+                                "tiny benchmark from the test suite", tcg_threads="single")
     v = judge.bench_failures(data.failures)
     assert v.passed, v.reasons
     cells = {(s["workload"], s["mode"]) for s in data.samples}

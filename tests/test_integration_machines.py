@@ -11,7 +11,6 @@ adds a step of its own (`cpuflags`, written here) to an initramfs built in
 a temporary tree, and boots the kernel built from the series with it.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -20,7 +19,8 @@ from typing import Dict, List
 
 import pytest
 
-from harness import attacks, bochs, cli, guest, initramfs, judge, machines, modes, qemu
+from harness import (attack_runs, attacks, bochs, build, guest, initramfs, judge, machines, modes,
+                     qemu, stress)
 from harness.paths import LAYOUT, Layout
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ echo "RESULT {\"flags\": \"$flags\", \"bugs\": \"$bugs\"}"
 
 @pytest.fixture(scope="module")
 def kernel():
-    cli.ensure_kernel(argparse.Namespace(jobs=None))
+    build.ensure_kernel()
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +81,9 @@ def test_bochs_tgl_boots_to_the_runner_with_pcid_invpcid_and_cet(flags_tree):
     assert not {"pku", "avx512f"} & flags
 
 
-@pytest.mark.parametrize("mode", list(cli.TEST_MODES))
+@pytest.mark.parametrize("mode", list(attack_runs.TEST_MODES))
 def test_attacks_both_sides_with_pti(kernel, mode):
-    run = cli.run_attacks(mode, cpus=2, timeout=900, machine="qemu-pti")
+    run = attack_runs.run(mode, cpus=2, timeout=900, machine="qemu-pti")
     assert run["machine"] == "qemu-pti" and run["outcome"] == qemu.Outcome.POWERED_OFF.value
     attack = [r for r in run["reasons"] if not r.startswith("KUnit")]
     assert not attack, f"{attack} (log {run['log']})"
@@ -100,13 +100,13 @@ def test_attacks_both_sides_with_pti(kernel, mode):
 
 
 def _attack_run(mode: str, machine: str) -> dict:
-    run = cli.run_attacks(mode, cpus=2, timeout=900, machine=machine)
+    run = attack_runs.run(mode, cpus=2, timeout=900, machine=machine)
     assert run["machine"] == machine
     assert run["status"] == judge.Status.SUCCESS.value, (run["reasons"], run["log"])
     return {v["test"]: v["detail"] for v in run["verdicts"]}
 
 
-@pytest.mark.parametrize("mode", list(cli.TEST_MODES))
+@pytest.mark.parametrize("mode", list(attack_runs.TEST_MODES))
 def test_attacks_both_sides_on_bochs_tgl(kernel, mode):
     """Every mode on a CPU with PCID, INVPCID, CET and global pages kept
     across CR3 writes: XPFO's side as on QEMU, and pgtprot refused (no
@@ -131,7 +131,7 @@ def test_attacks_both_sides_on_bochs_2cpu(kernel, mode, machine):
     with a global direct map (PTI off: refills flush global entries) and a
     non-global one (pti=on, or xpfo_dmap=nonglobal without PTI: refills
     take INVPCID type 3, slots one INVLPG)."""
-    run = cli.run_attacks(mode, cpus=2, timeout=900, machine=machine)
+    run = attack_runs.run(mode, cpus=2, timeout=900, machine=machine)
     assert run["status"] == judge.Status.SUCCESS.value, (run["reasons"], run["log"])
     by_test = {v["test"]: v["detail"] for v in run["verdicts"]}
     for test in ("XPFO_SMP", "XPFO_SMP_HOT", "XPFO_SMP_THP"):
@@ -154,7 +154,7 @@ def test_attacks_both_sides_on_bochs_2cpu(kernel, mode, machine):
 
 
 def test_stress_with_pti_in_strict(kernel):
-    res = cli.run_stress("strict", cpus=2, seconds=30, mem_mb=512, machine="qemu-pti")
+    res = stress.run("strict", cpus=2, seconds=30, mem_mb=512, machine="qemu-pti")
     assert res["passed"], (res["reasons"], res["log"])
     assert all(a is not None and a.get("global_stray") == 0 for a in res["audits"].values()), \
         res["audits"]

@@ -1,5 +1,6 @@
 """The one verdict: every rule that fails a run, and how verdicts combine."""
 
+import re
 from pathlib import Path
 from typing import List
 
@@ -207,9 +208,9 @@ def test_failed_benchmark_cells_fail_the_run():
 
 
 def _fake_guest(monkeypatch, lines: List[str]) -> None:
-    from harness import cli, guest
-    monkeypatch.setattr(cli, "ensure_kernel", lambda args: None)
-    monkeypatch.setattr(cli, "_write_json", lambda path, data: None)
+    from harness import attack_runs, build, guest
+    monkeypatch.setattr(build, "ensure_kernel", lambda *a, **kw: None)
+    monkeypatch.setattr(attack_runs, "write_json", lambda path, data: None)
     monkeypatch.setattr(guest, "run", lambda req, **kw: _run(lines))
 
 
@@ -235,20 +236,41 @@ def test_cmd_demo_fails_on_kunit_and_on_benchmark_failures(monkeypatch, capsys):
     from types import SimpleNamespace
 
     from harness import attacks, cli
+    from harness import bench as bench_
     monkeypatch.setattr(attacks, "judge_all", lambda con, mode, cpus, disk=True, pks=True: [])
     monkeypatch.setattr(attacks, "judge_predict", lambda con, mode: [])
     bench = SimpleNamespace(failures=[])
-    monkeypatch.setattr(cli, "run_bench", lambda *a, **kw: bench)
+    benched = []
+    monkeypatch.setattr(bench_, "run_and_report",
+                        lambda modes, *a, **kw: benched.append(list(modes)) or bench)
     good = {"off": ["ok 1 a # SKIP off"], "on": ["ok 1 a"]}
+    booted = []
 
     def run(req, **kw):
         mode = req.params[0].split("=")[1]
-        return _run(_attack_log(good["off" if mode == "off" else "on"]))
+        booted.append(" ".join(p for p in req.params if p.startswith(("xpfo=", "pgtprot="))))
+        lines = _attack_log(good["off" if mode == "off" else "on"])
+        if any(p.startswith("pgtprot=") for p in req.params):
+            lines = _ktap_suite("pgtprot", "ok 1 a") + lines
+        return _run(lines)
 
     _fake_guest(monkeypatch, [])
     from harness import guest
     monkeypatch.setattr(guest, "run", run)
     assert cli.main(["demo"]) == 0
+    # every XPFO mode, then the recommended configuration, in the attack
+    # boots and in the quick benchmark
+    assert booted == ["xpfo=off", "xpfo=sync", "xpfo=deferred", "xpfo=batch", "xpfo=strict",
+                      "xpfo=strict pgtprot=batched"]
+    assert benched == [["off", "sync", "deferred", "batch", "strict", "strict+pgt-batched"]]
+    out = capsys.readouterr().out
+    assert "| xpfo=strict | xpfo=strict pgtprot=batched (recommended) |" in out
+    for stage in ("build", "attack boots", "bench"):
+        assert re.search(rf"\[demo\] {stage}: done in \d+m\d\ds", out), stage
+    assert re.search(r"\[demo\] 6 attack boots, ~\d+m\d\ds each: ~\d+m\d\ds estimated", out)
+    assert re.search(r"quick side-by-side benchmark of the modes: 12 boots, ~\d+m\d\ds "
+                     r"estimated", out)
+    booted.clear()
     good["on"] = ["not ok 1 a"]
     assert cli.main(["demo"]) == 1
     good["on"] = ["ok 1 a"]

@@ -4,11 +4,12 @@ and the attack table's columns."""
 
 import stat
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pytest
 
-from harness import attacks, bochs, cli, console, guest, judge, machines, qemu
+from harness import (attack_runs, attacks, bochs, build, cli, console, guest, judge, machines,
+                     modes, qemu)
 
 from conftest import DATA
 
@@ -89,11 +90,11 @@ def test_steps_that_need_a_disk():
     assert guest.needs_disk("disk") and guest.needs_disk("build:2")
     assert guest.needs_disk("lkdtm:XPFO_READ_BDEV")
     assert not guest.needs_disk("lkdtm:XPFO_READ_USER") and not guest.needs_disk("symlink")
-    steps = cli.attack_steps(1, disk=False)
+    steps = attack_runs.steps(1, disk=False)
     assert "disk" not in steps and "lkdtm:XPFO_READ_BDEV" not in steps
     assert {"info", "symlink", attacks.RET2DIR_STEP, "lkdtm:XPFO_READ_USER"} <= set(steps)
     assert not any(guest.needs_disk(s) for s in steps)
-    with_disk = cli.attack_steps(2)
+    with_disk = attack_runs.steps(2)
     assert with_disk[:4] == ["info", "pgtaudit:boot", "disk", "symlink"]
     assert set(attacks.lkdtm_steps(2)) <= set(with_disk)
     assert "lkdtm:XPFO_READ_BDEV" in with_disk
@@ -124,9 +125,9 @@ def test_guest_request_on_bochs_takes_the_kinds_cpus_and_refuses_disks(tmp_path)
     (["test", "--machines", "qemu", "nope"], "error: unknown machine 'nope'"),
 ])
 def test_bad_machine_is_one_error_before_any_build(argv, what, capsys, monkeypatch):
-    def no_build(args):
+    def no_build(*args, **kw):
         raise AssertionError("built the kernel")
-    monkeypatch.setattr(cli, "ensure_kernel", no_build)
+    monkeypatch.setattr(build, "ensure_kernel", no_build)
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(what) and err.count("error:") == 1
@@ -136,7 +137,7 @@ def test_missing_bochs_is_one_error(capsys, monkeypatch):
     from harness import deps
     monkeypatch.setattr(deps, "BOCHS_PACKAGES", {"bochs": "/nonexistent/bochs-bin"})
     monkeypatch.setattr(deps.shutil, "which", lambda exe: None)
-    monkeypatch.setattr(cli, "ensure_kernel", lambda args: None)
+    monkeypatch.setattr(build, "ensure_kernel", lambda *a, **kw: None)
     assert cli.main(["boot", "--machine", "bochs-tgl", "info"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: missing packages bochs and no apt-get")
@@ -188,8 +189,8 @@ def test_attack_table_has_a_column_per_machine_and_mode(capsys):
                 "verdicts": [{"test": t, "passed": True, "detail": "attack works"}
                              for t in tests],
                 "not_applicable": attacks.not_applicable(1, disk)}
-    cli.print_attack_table([result("qemu", "off", True), result("bochs-tgl", "off", False),
-                            result("bochs-tgl", "strict", False)])
+    attack_runs.print_table([result("qemu", "off", True), result("bochs-tgl", "off", False),
+                             result("bochs-tgl", "strict", False)])
     out = capsys.readouterr().out.splitlines()
     assert "| test | xpfo=off, qemu | xpfo=off, bochs-tgl | xpfo=strict, bochs-tgl |" in out
     bdev = next(x for x in out if x.startswith("| XPFO_READ_BDEV |"))
@@ -199,8 +200,63 @@ def test_attack_table_has_a_column_per_machine_and_mode(capsys):
     rows = [x.split(" | ")[0] for x in out if x.startswith("| XPFO")]
     assert rows.index("| XPFO_READ_USER") < rows.index("| XPFO_READ_BDEV")
     # one machine, the default: the columns are the modes alone, as before
-    cli.print_attack_table([result("qemu", "off", True)])
+    attack_runs.print_table([result("qemu", "off", True)])
     assert "| test | xpfo=off |" in capsys.readouterr().out
+
+
+REFUSAL = ("this CPU has no supervisor protection keys (PKS); pgtprot=batched not enabled, "
+           "page tables stay writable")
+
+
+def _pgt_result(mode: str, detail: str, refused: Optional[str] = None, **kw) -> dict:
+    return {"mode": mode, "machine": machines.DEFAULT, "reasons": [],
+            "verdicts": [{"test": "PGTPROT_WRITE_PTE", "passed": True, "detail": detail}],
+            "pgt_refused": refused, **kw}
+
+
+def test_attack_table_marks_the_recommended_column(capsys):
+    results = [_pgt_result("off", "attack works"), _pgt_result("strict", "attack works"),
+               _pgt_result(modes.RECOMMENDED, "stopped: pgtprot oops, guest went on")]
+    attack_runs.print_table(results, recommended=modes.RECOMMENDED)
+    out = capsys.readouterr().out.splitlines()
+    assert ("| test | xpfo=off | xpfo=strict | xpfo=strict pgtprot=batched (recommended) |"
+            in out)
+    row = next(x for x in out if x.startswith("| PGTPROT_WRITE_PTE |"))
+    assert row.endswith("| PASS: stopped: pgtprot oops, guest went on |")
+    assert ("(recommended): xpfo=strict pgtprot=batched, the recommended configuration "
+            "(pgtprot needs a CPU with PKS)") in out
+    assert not [x for x in out if "refused" in x]
+    # `./xpfo test` marks no column
+    attack_runs.print_table(results)
+    assert "recommended" not in capsys.readouterr().out
+
+
+def test_attack_table_says_pgtprot_was_refused(capsys):
+    refused = _pgt_result(modes.RECOMMENDED,
+                          f"{attacks.REFUSED}: attack works: the store landed", REFUSAL)
+    attack_runs.print_table([_pgt_result("strict", "attack works"), refused],
+                            recommended=modes.RECOMMENDED)
+    out = capsys.readouterr().out.splitlines()
+    assert ("| test | xpfo=strict | xpfo=strict pgtprot=batched (recommended; pgtprot "
+            "refused) |") in out
+    assert (f"pgtprot refused in xpfo=strict pgtprot=batched: {REFUSAL} (the kernel ran "
+            "without pgtprot)") in out
+    # a result saved before runs recorded the reason: its verdicts say it
+    old = _pgt_result("pgt-batched", f"{attacks.REFUSED}: attack works: the store landed")
+    del old["pgt_refused"]
+    assert attack_runs.refusal(old) == "no PKS on this machine"
+    # pgtprot off: nothing to refuse
+    assert attack_runs.refusal(_pgt_result("strict", "attack works", "x")) is None
+
+
+def test_attack_run_records_a_refused_pgtprot(monkeypatch):
+    log = (DATA / "xpfo_off.log").read_text().splitlines()
+    lines = [f"[    0.100000] pgtprot: refused: {REFUSAL}"] + log
+    monkeypatch.setattr(guest, "run", lambda req, **kw: _run(lines, "bochs-2cpu"))
+    res = attack_runs.run(modes.RECOMMENDED, 2, 60, kunit=False, machine="bochs-2cpu")
+    assert res["pgt_refused"] == REFUSAL
+    monkeypatch.setattr(guest, "run", lambda req, **kw: _run(log, "qemu"))
+    assert attack_runs.run("strict", 2, 60, kunit=False)["pgt_refused"] is None
 
 
 # --- the Bochs runner against stand-ins for bochs-bin and xorriso

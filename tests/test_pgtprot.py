@@ -206,8 +206,8 @@ def test_the_alias_audit_on_a_machine_without_pks_is_judged_as_off():
 
 
 def test_the_attack_boot_audits_first_and_last():
-    from harness import cli
-    steps = cli.attack_steps(2)
+    from harness import attack_runs
+    steps = attack_runs.steps(2)
     assert steps[1] == "pgtaudit:boot" and steps[-1] == "pgtaudit:workloads"
     assert "lkdtm:PGTPROT_WRITE_IMAGE" in steps
 

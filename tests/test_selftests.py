@@ -4,7 +4,6 @@ The unit tests are pure, on console snippets in the shape the guest step
 prints. The integration test boots the kernel (marked 'integration').
 """
 
-import argparse
 import dataclasses
 import os
 from pathlib import Path
@@ -202,10 +201,10 @@ def test_saved_guest_log_parses():
 @pytest.mark.skipif(os.environ.get("XPFO_SKIP_INTEGRATION") == "1",
                     reason="XPFO_SKIP_INTEGRATION=1")
 def test_selftests_off_and_strict(tmp_path):
-    from harness import cli
+    from harness import build
     kernel = os.environ.get("XPFO_SELFTESTS_KERNEL")
     if kernel is None:
-        cli.ensure_kernel(argparse.Namespace(jobs=None))
+        build.ensure_kernel()
     data = st.run_suite(["off", "strict"], 1, Path(kernel).resolve() if kernel else None,
                         meta={"command": "pytest"})
     off = data["modes"]["off"]

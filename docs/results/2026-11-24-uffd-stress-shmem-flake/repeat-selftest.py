@@ -1,10 +1,10 @@
 """Run one mm selftest program N times in one boot per mode, through the
 harness's own selftests stages (build, archive, run_mode, parse), and print
-each run's outcome. Session 16 used it for deferred's one uffd-stress:shmem
+each run's outcome. Used on 2026-11-24 for deferred's one uffd-stress:shmem
 failure at 58 patches:
 
-    PYTHONPATH=. .venv/bin/python docs/s16/repeat-selftest.py uffd-stress:shmem 10 1 deferred off
-    PYTHONPATH=. .venv/bin/python docs/s16/repeat-selftest.py uffd-stress:shmem 20 2 deferred off
+    PYTHONPATH=. .venv/bin/python docs/results/2026-11-24-uffd-stress-shmem-flake/repeat-selftest.py uffd-stress:shmem 10 1 deferred off
+    PYTHONPATH=. .venv/bin/python docs/results/2026-11-24-uffd-stress-shmem-flake/repeat-selftest.py uffd-stress:shmem 20 2 deferred off
 
 (program id, runs per boot, vCPUs, modes).
 

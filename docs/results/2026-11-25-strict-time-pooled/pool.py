@@ -1,6 +1,6 @@
-"""Pool the paired per-round ratios of several bench runs (session 20).
+"""Pool the paired per-round ratios of several bench runs (2026-11-25).
 
-usage: python3 docs/s20/pool.py WORKLOAD VCPUS RESULTS.json...
+usage: python3 docs/results/2026-11-25-strict-time-pooled/pool.py WORKLOAD VCPUS RESULTS.json...
 
 Each round's off and strict samples are paired as the report pairs them
 (ratio >1 is slower); prints each run's median, quartiles and rounds at or
