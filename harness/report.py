@@ -33,9 +33,9 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             # what clearing freed user frames before their alias is back costs;
             # a kept frame that never held user data is mapped back uncleared
             ("xpfo_clear", "cleared before remap"), ("xpfo_remap", "mapped back"),
-            # batch/strict: freed user frames cleared in the free batch, and
+            # strict: user frames cleared ahead of their fault, in batches, and
             # the user faults that got one and skipped their clear
-            ("xpfo_zeroed", "cleared when freed"),
+            ("xpfo_zeroed", "cleared ahead"),
             ("xpfo_zeroed_used", "faults without a clear"),
             ("xpfo_atomic", "atomic allocs"),
             # the huge-page policy, visible: a 4K workload has about 1000 page
