@@ -1,6 +1,7 @@
 """Command line: parse the arguments and dispatch each subcommand to the
 module that does its stage (build, guest, attack_runs, stress, bench,
-selftests, series, configs, demo); nothing here runs a stage itself."""
+selftests, series, serieslint, configs, demo); nothing here runs a stage
+itself."""
 
 import argparse
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from . import (attack_runs, bench, build, configs, console, demo, deps, errors, guest,
-               machines, modes, printer, selftests, series, source, stress)
+               machines, modes, printer, selftests, series, serieslint, source, stress)
 from .errors import HarnessError
 from .paths import LAYOUT
 
@@ -124,6 +125,19 @@ def cmd_series_check(args: argparse.Namespace) -> int:
                           first=args.first, last=args.last, configs=args.configs,
                           objects=args.objects, write=args.write)
     return 0 if ok else 1
+
+
+def cmd_series_lint(args: argparse.Namespace) -> int:
+    findings = serieslint.check(LAYOUT.root)
+    new, gone = serieslint.compare(findings, serieslint.read_known())
+    printer.raw(serieslint.table(findings))
+    known = "harness/serieslint_known.txt"
+    for key in gone:
+        printer.info("series-lint", f"no longer found, delete its line from {known}: {key}")
+    if new:
+        printer.raw(f"\nnot in {known}:\n" + serieslint.table(new))
+    printer.info("series-lint", f"{len(findings)} findings, {len(new)} not in {known}")
+    return 1 if new else 0
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
@@ -271,6 +285,9 @@ def parser() -> argparse.ArgumentParser:
                     help="build the patch's own objects and the hook carriers with -Werror "
                          "instead of the whole kernel (needs ./xpfo build first)")
     sp.add_argument("--write", action="store_true", help="write docs/SERIES.md")
+    add("series-lint", cmd_series_lint,
+        "mechanical checks of the patch files: a patch that rewrites an earlier one's "
+        "lines, subject form and length, Fixes: tags (harness/serieslint.py)")
     sp = add("configs", cmd_configs,
              "build the series in shipped configurations (MAXSMP; modules with LKDTM=m; "
              "the touched files the test kernel does not build)")
