@@ -2,9 +2,12 @@
 
 Slow (a kernel build on a fresh machine takes about 11 minutes): marked
 'integration', deselect with -m "not integration" (XPFO_SKIP_INTEGRATION=1
-does the same). The verdicts are harness/judge.py's; these tests add only
-what a verdict cannot know (the guest's own view of its CPUs and mode, the
-counters a mode must move).
+does the same). The stress boot in the modes beyond STRESS_DEFAULT is
+marked 'full' too: only --full (./xpfo check --full) runs it. Each test's
+'boots' marker says what it boots (tests/test_check_selection.py). The
+verdicts are harness/judge.py's; these tests add only what a verdict
+cannot know (the guest's own view of its CPUs and mode, the counters a
+mode must move).
 """
 
 import os
@@ -21,6 +24,13 @@ from harness.paths import LAYOUT
 pytestmark = pytest.mark.integration
 
 STRESS_SECONDS = int(os.environ.get("XPFO_STRESS_SECONDS", "60"))
+# the stress boot's modes, and those of the default run: batch, whose
+# offline path maps kept frames back (what the hotplug step was written to
+# catch), and the recommended configuration (strict's IPIs, quiet CPUs and
+# frames cleared ahead, pgtprot's batched windows); the other six, about
+# 75 s each, with --full (docs/TESTING.md)
+STRESS_MODES = modes.XPFO_MODES + modes.PGT_RUN_MODES
+STRESS_DEFAULT = ("batch", modes.RECOMMENDED)
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +50,7 @@ def attack_runs(kernel):
     return {mode: boots.run(mode, cpus=2, timeout=900) for mode in boots.TEST_MODES}
 
 
+@pytest.mark.boots("attacks", modes=boots.TEST_MODES, cpus=2)
 def test_guest_reports_from_inside(attack_runs):
     for mode, run in attack_runs.items():
         assert run["outcome"] == qemu.Outcome.POWERED_OFF.value, run["log"]
@@ -49,6 +60,7 @@ def test_guest_reports_from_inside(attack_runs):
         assert run["info"]["kernel"].startswith("6.12")
 
 
+@pytest.mark.boots("attacks", cpus=2)
 @pytest.mark.parametrize("mode", list(boots.TEST_MODES))
 def test_attacks_both_sides(attack_runs, mode):
     run = attack_runs[mode]
@@ -59,6 +71,7 @@ def test_attacks_both_sides(attack_runs, mode):
     assert {f"ret2dir[{v}]" for v in attacks.RET2DIR_VARIANTS} <= names
 
 
+@pytest.mark.boots("attacks", cpus=2)
 @pytest.mark.parametrize("mode", list(boots.TEST_MODES))
 def test_kunit_suite(attack_runs, mode):
     # judge.kunit: every case reported; with XPFO on all pass but the
@@ -138,6 +151,7 @@ def test_the_kernels_ktap_parser_sees_a_runner_that_died_as_crashed(source_tree)
     assert kunit_parser.parse_run_tests(full).status is kunit_parser.TestStatus.FAILURE
 
 
+@pytest.mark.boots("bad-param")
 def test_unknown_mode_warns_and_stays_off(kernel):
     req = guest.GuestRequest(steps=["info"], cpus=1, mem_mb=512,
                              params=["xpfo=bogus", "pgtprot=bogus", "xpfo_dmap=bogus"],
@@ -172,6 +186,7 @@ def _kmapsites(mode: str) -> dict:
     return out
 
 
+@pytest.mark.boots("kmapsites", modes=("strict", "off"), cpus=2)
 def test_kmap_sites_one_mapping_per_thp_and_per_page_copied(kernel):
     """xpfo:kmap, in strict mode: a THP is cleared through one mapping of
     order 9 (512 of order 0 before patch 27), write and read map each page
@@ -198,7 +213,9 @@ def test_kmap_sites_one_mapping_per_thp_and_per_page_copied(kernel):
     assert off["write"]["counters"]["xpfo_kmap"] == 0
 
 
-@pytest.mark.parametrize("run_mode", list(modes.XPFO_MODES) + list(modes.PGT_RUN_MODES))
+@pytest.mark.boots("stress", cpus=4)
+@pytest.mark.parametrize("run_mode", [
+    m if m in STRESS_DEFAULT else pytest.param(m, marks=pytest.mark.full) for m in STRESS_MODES])
 def test_stress_smp4(kernel, run_mode):
     res = stress.run(run_mode, cpus=4, seconds=STRESS_SECONDS, mem_mb=512)
     mode, pgt = modes.split(run_mode)
@@ -293,6 +310,7 @@ def test_stress_smp4(kernel, run_mode):
             assert a["kept"] == 0 and a["kept_counted"] == 0, (label, a)
 
 
+@pytest.mark.boots("bench", modes=("off", "sync"), cpus=2)
 def test_tiny_benchmark_end_to_end(kernel, tmp_path):
     # single-threaded TCG, as for the other tests (docs/TESTING.md)
     data = bench.run_and_report(["off", "sync"], [2], 1, True, tmp_path / "bench",

@@ -3,8 +3,9 @@ kernel (machines.py), and the attack tests hold on each. Bounded for CI:
 the attack suite in every mode with pti=on (QEMU), every mode on Bochs
 tigerlake (1 CPU: PCID, INVPCID, global pages kept across CR3 writes,
 CET; about 25 s a boot), off and strict on the 2-CPU Bochs machines (PTI
-off and on), and the stress step with pti=on in strict: about 15 minutes
-on a 2-core host.
+off and on) and the non-global direct map's two modes on the one with PTI
+off, and the stress step with pti=on in strict: about 17 minutes on a
+2-core host (docs/TESTING.md, the cost of each step).
 
 The guest's `info` step does not report the CPU's flags: the Bochs boot
 adds a step of its own (`cpuflags`, written here) to an initramfs built in
@@ -55,6 +56,7 @@ def flags_tree(kernel, tmp_path_factory):
     return layout
 
 
+@pytest.mark.boots("cpuflags", machine="bochs-tgl")
 def test_bochs_tgl_boots_to_the_runner_with_pcid_invpcid_and_cet(flags_tree):
     """Also: while the guest runs, neither Bochs nor its X server has a
     socket that accepts connections from another host (bochs.py)."""
@@ -81,6 +83,7 @@ def test_bochs_tgl_boots_to_the_runner_with_pcid_invpcid_and_cet(flags_tree):
     assert not {"pku", "avx512f"} & flags
 
 
+@pytest.mark.boots("attacks", machine="qemu-pti", cpus=2)
 @pytest.mark.parametrize("mode", list(attack_runs.TEST_MODES))
 def test_attacks_both_sides_with_pti(kernel, mode):
     run = attack_runs.run(mode, cpus=2, timeout=900, machine="qemu-pti")
@@ -106,6 +109,7 @@ def _attack_run(mode: str, machine: str) -> dict:
     return {v["test"]: v["detail"] for v in run["verdicts"]}
 
 
+@pytest.mark.boots("attacks", machine="bochs-tgl", cpus=2)
 @pytest.mark.parametrize("mode", list(attack_runs.TEST_MODES))
 def test_attacks_both_sides_on_bochs_tgl(kernel, mode):
     """Every mode on a CPU with PCID, INVPCID, CET and global pages kept
@@ -123,23 +127,28 @@ def test_attacks_both_sides_on_bochs_tgl(kernel, mode):
         "read" if modes.xpfo(mode) == "off" else "outcome blocked")
 
 
+@pytest.mark.boots("attacks", cpus=2)
 @pytest.mark.parametrize("machine,mode", [
-    ("bochs-2cpu", "off"), ("bochs-2cpu", "strict"), ("bochs-2cpu", "strict+nonglobal"),
-    ("bochs-pti", "off"), ("bochs-pti", "strict")])
+    ("bochs-2cpu", "off"), ("bochs-2cpu", "strict"), ("bochs-2cpu", "off+nonglobal"),
+    ("bochs-2cpu", "strict+nonglobal"), ("bochs-pti", "off"), ("bochs-pti", "strict")])
 def test_attacks_both_sides_on_bochs_2cpu(kernel, mode, machine):
     """Two CPUs with PCID: the tests of an alias warm in another CPU's TLB,
     with a global direct map (PTI off: refills flush global entries) and a
     non-global one (pti=on, or xpfo_dmap=nonglobal without PTI: refills
-    take INVPCID type 3, slots one INVLPG)."""
+    take INVPCID type 3, slots one INVLPG). With XPFO off the attacks work
+    under either policy."""
     run = attack_runs.run(mode, cpus=2, timeout=900, machine=machine)
     assert run["status"] == judge.Status.SUCCESS.value, (run["reasons"], run["log"])
     by_test = {v["test"]: v["detail"] for v in run["verdicts"]}
+    off = modes.xpfo(mode) == "off"
     for test in ("XPFO_SMP", "XPFO_SMP_HOT", "XPFO_SMP_THP"):
-        assert by_test[test].startswith("attack works" if mode == "off" else "stopped"), \
+        assert by_test[test].startswith("attack works" if off else "stopped"), \
             (test, by_test[test])
-    if mode == "off":
-        return
     log = Path(run["log"]).read_text(errors="replace")
+    assert ("xpfo: xpfo_dmap=nonglobal: the kernel is mapped non-global apart from its image"
+            in log) == (modes.dmap(mode) == "nonglobal")
+    if off:
+        return
     counters = {}
     for line in log.splitlines():
         if line.startswith("XH-RESULT vmstat "):
@@ -149,10 +158,9 @@ def test_attacks_both_sides_on_bochs_2cpu(kernel, mode, machine):
     assert counters["xpfo_batch_refill"] > 0, counters
     assert (counters["xpfo_tlb_global"] == 0) == nonglobal, counters
     assert (counters["xpfo_tlb_nonglobal"] > 0) == nonglobal, counters
-    assert ("xpfo: xpfo_dmap=nonglobal: the kernel is mapped non-global apart from its image"
-            in log) == (modes.dmap(mode) == "nonglobal")
 
 
+@pytest.mark.boots("stress", machine="qemu-pti", modes=("strict",), cpus=2)
 def test_stress_with_pti_in_strict(kernel):
     res = stress.run("strict", cpus=2, seconds=30, mem_mb=512, machine="qemu-pti")
     assert res["passed"], (res["reasons"], res["log"])
@@ -160,6 +168,7 @@ def test_stress_with_pti_in_strict(kernel):
         res["audits"]
 
 
+@pytest.mark.boots("weak-flush", machine="bochs-2cpu", modes=("strict",))
 def test_smp_attacks_read_through_a_weakened_refill_flush_on_bochs(kernel):
     """The SMP tests can fail: on Bochs, which keeps global entries across
     non-global flushes, a strict kernel whose refills flush non-global

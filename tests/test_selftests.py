@@ -1,7 +1,8 @@
 """Upstream's mm selftests as a peer suite: parsing, table and the diff from off.
 
 The unit tests are pure, on console snippets in the shape the guest step
-prints. The integration test boots the kernel (marked 'integration').
+prints. The integration test boots the kernel (marked 'integration'), and
+with its two boots of 4-5 minutes runs only with --full (marked 'full').
 """
 
 import dataclasses
@@ -198,6 +199,8 @@ def test_saved_guest_log_parses():
 
 
 @pytest.mark.integration
+@pytest.mark.full           # 9m24s of the clean-clone run of 2026-11-27: --full only
+@pytest.mark.boots("selftests", modes=("off", "strict"), cpus=1)
 @pytest.mark.skipif(os.environ.get("XPFO_SKIP_INTEGRATION") == "1",
                     reason="XPFO_SKIP_INTEGRATION=1")
 def test_selftests_off_and_strict(tmp_path):
