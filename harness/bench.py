@@ -309,6 +309,23 @@ def boot(greq: guest.GuestRequest, cell: Dict[str, object],
                    "retry_outcome": again.outcome.value}
 
 
+def guest_request(req: BenchRequest, mode: str, cpus: int, rnd: int,
+                  kernel: Optional[Path] = None, disks: Sequence[Path] = (),
+                  ) -> guest.GuestRequest:
+    """The boot of one (round, vCPU count, mode) cell. kernel: the series'
+    image (default: the one built in build/); disks: beside the scratch disk."""
+    vanilla = mode == VANILLA
+    return guest.GuestRequest(steps=steps_for(req, cpus, mode), cpus=cpus,
+                              mem_mb=req.mem_mb,
+                              params=[] if vanilla else modes.params(mode),
+                              timeout=req.timeout,
+                              disk=machines.get(req.machine).has_disk,
+                              extra_disks=disks, machine=req.machine,
+                              kernel=req.vanilla_kernel if vanilla else kernel,
+                              tcg_threads=req.tcg_threads, icount=req.icount,
+                              label=f"bench-{mode}-{cpus}cpu-r{rnd}")
+
+
 def host_meta() -> Dict[str, object]:
     def out(cmd: List[str]) -> str:
         try:
@@ -366,16 +383,7 @@ def run(req: BenchRequest, meta: Dict[str, object], kernel: Optional[Path] = Non
                              f"{mode} ({done}/{total} boots, "
                              f"{printer.fmt_elapsed(elapsed)} elapsed"
                              + (f", ~{printer.fmt_elapsed(eta)} left)" if done else ")"))
-                vanilla = mode == VANILLA
-                greq = guest.GuestRequest(steps=steps_for(req, cpus, mode), cpus=cpus,
-                                          mem_mb=req.mem_mb,
-                                          params=[] if vanilla else modes.params(mode),
-                                          timeout=req.timeout, disk=kind.has_disk,
-                                          extra_disks=disks, machine=req.machine,
-                                          kernel=req.vanilla_kernel if vanilla else kernel,
-                                          tcg_threads=req.tcg_threads,
-                                          icount=req.icount,
-                                          label=f"bench-{mode}-{cpus}cpu-r{rnd}")
+                greq = guest_request(req, mode, cpus, rnd, kernel, disks)
                 r, retry = boot(greq, {"mode": mode, "cpus": cpus, "round": rnd})
                 if retry:
                     retries.append(retry)

@@ -1,7 +1,7 @@
 """Command line: parse the arguments and dispatch each subcommand to the
 module that does its stage (build, guest, attack_runs, stress, bench,
-selftests, series, serieslint, configs, demo); nothing here runs a stage
-itself."""
+profile, selftests, series, serieslint, configs, demo); nothing here runs a
+stage itself."""
 
 import argparse
 import subprocess
@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from . import (attack_runs, bench, build, configs, console, demo, deps, errors, guest,
-               machines, modes, printer, selftests, series, serieslint, source, stress)
+               machines, modes, printer, profile, selftests, series, serieslint, source,
+               stress)
 from .errors import HarnessError
 from .paths import LAYOUT
 
@@ -100,6 +101,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                 vanilla, kernel=kernel, workloads=args.workloads,
                                 icount=args.icount, machine=args.machine)
     return 1 if data.failures else 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Guest instructions per kernel function of a workload, mode against mode."""
+    smap = profile.system_map(args.kernel, args.system_map)
+    kernel = build.given_image(args.kernel) if args.kernel else None
+    if kernel is None:
+        build.ensure_kernel(args.jobs)
+    req = profile.ProfileRequest(modes=args.modes, workload=args.workload, cpus=args.cpus,
+                                 kernel=kernel, system_map=smap, top=args.top)
+    command = profile.command_line(req, args.kernel, args.system_map)
+    outdir = Path(args.out) if args.out else LAYOUT.out / "profile"
+    profile.run_and_report(req, outdir, command)
+    return 0
 
 
 def cmd_selftests(args: argparse.Namespace) -> int:
@@ -253,6 +268,26 @@ def parser() -> argparse.ArgumentParser:
                     "instructions at its ips")
     sp.add_argument("--from-logs", nargs="+", metavar="LOG",
                     help="rebuild the report from saved guest logs (bench-MODE-Ncpu-rR.log)")
+    sp = add("profile", cmd_profile,
+             "guest instructions per kernel function of a bench workload, mode against "
+             "mode (QEMU -icount and a TCG plugin; full sizes minus quick ones)")
+    sp.add_argument("--modes", nargs="+", choices=profile.MODES,
+                    default=list(profile.DEFAULT_MODES), metavar="MODE",
+                    help=", ".join(profile.MODES) + "; differences are against the first "
+                    "(default: off strict)")
+    sp.add_argument("--workload", choices=profile.WORKLOADS, default=profile.DEFAULT_WORKLOAD,
+                    metavar="NAME", help="a bench workload with a size: "
+                    + ", ".join(profile.WORKLOADS) + " (default: page_fault)")
+    sp.add_argument("--cpus", type=positive, default=1, help="vCPUs (-smp)")
+    sp.add_argument("--kernel", metavar="BZIMAGE",
+                    help="boot this image of the series' kernel; builds nothing")
+    sp.add_argument("--system-map", metavar="FILE",
+                    help="the kernel's System.map (default: build/obj's, or the one beside "
+                    "--kernel's image or at the top of its build tree)")
+    sp.add_argument("--top", type=positive, default=profile.ProfileRequest.top, metavar="N",
+                    help="rows of the table (default %(default)s)")
+    sp.add_argument("--out", help="output directory (default out/profile)")
+    sp.add_argument("--jobs", type=positive, default=None)
     sp = add("selftests", cmd_selftests,
              "upstream's mm selftests in each mode, compared with xpfo=off")
     sp.add_argument("--modes", nargs="+", choices=modes.ALL_MODES,

@@ -24,6 +24,7 @@ class GuestRequest:
     tcg_threads: str = "single"     # see qemu.Machine
     icount: bool = False            # see qemu.Machine
     machine: str = machines.DEFAULT  # the machine kind (machines.py)
+    plugins: Sequence[str] = ()     # QEMU TCG plugins (see qemu.Machine)
 
 
 @dataclass
@@ -93,6 +94,9 @@ def machine(req: GuestRequest, layout: Layout = LAYOUT) -> qemu.Machine:
     if (req.disk or req.extra_disks) and not kind.has_disk:
         raise HarnessError(f"machine {kind.name} has no disk (no virtio)",
                            "run this on a QEMU machine (--machine qemu or qemu-pti)")
+    if req.plugins and kind.emulator != machines.QEMU:
+        raise HarnessError(f"machine {kind.name} runs {kind.emulator}, which takes no "
+                           "TCG plugins", "run this on a QEMU machine (--machine qemu)")
     params = list(req.params)
     if req.steps:
         params.append("xh.steps=" + ",".join(req.steps))
@@ -100,7 +104,8 @@ def machine(req: GuestRequest, layout: Layout = LAYOUT) -> qemu.Machine:
     return qemu.Machine(kernel=req.kernel or layout.bzimage, initrd=layout.initramfs,
                         cpus=kind.vcpus(req.cpus),
                         mem_mb=req.mem_mb, params=params, disks=disks + list(req.extra_disks),
-                        tcg_threads=req.tcg_threads, icount=req.icount, kind=kind)
+                        tcg_threads=req.tcg_threads, icount=req.icount, kind=kind,
+                        plugins=req.plugins)
 
 
 def deadline(req: GuestRequest) -> float:

@@ -29,6 +29,9 @@ class Machine:
     params: Sequence[str] = ()
     disks: Sequence[Path] = ()   # virtio disks: /dev/vda, ...; never written
     extra_args: Sequence[str] = ()
+    # TCG plugins, each a -plugin argument: the shared object and its
+    # arguments (plugin_arg() writes one)
+    plugins: Sequence[str] = ()
     # "single": all vCPUs on one host thread. Multi-threaded TCG has been
     # seen to execute a stale INT3 of the kernel's own text patching (see
     # docs/TESTING.md); tests use "single", benchmarks "multi".
@@ -77,7 +80,16 @@ class Machine:
         for disk in self.disks:
             args += ["-drive",
                      f"file={disk},if=virtio,format=raw,cache=unsafe,snapshot=on"]
+        for plugin in self.plugins:
+            args += ["-plugin", plugin]
         return args + list(self.extra_args)
+
+
+def plugin_arg(path: Path, **args: str) -> str:
+    """A -plugin argument: the shared object, then its name=value
+    arguments (QEMU's option syntax: a comma in a value is doubled)."""
+    return ",".join(str(x).replace(",", ",,")
+                    for x in [path, *(f"{k}={v}" for k, v in args.items())])
 
 
 class Outcome(enum.Enum):
