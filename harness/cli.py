@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from . import (attack_runs, bench, build, configs, console, demo, deps, errors, guest,
+from . import (attack_runs, author, bench, build, configs, console, demo, deps, errors, guest,
                machines, modes, printer, profile, selftests, series, serieslint, source,
                stress)
 from .errors import HarnessError
@@ -29,7 +29,9 @@ def cmd_source(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    source.export(LAYOUT)
+    # checked before anything is written
+    who = author.parse(args.author) if args.author is not None else None
+    source.export(LAYOUT, author=who)
     return 0
 
 
@@ -211,7 +213,11 @@ def parser() -> argparse.ArgumentParser:
     add("setup", cmd_setup, "install the Debian packages the project needs")
     sp = add("source", cmd_source, "create build/src: a git tree of the base + the series")
     sp.add_argument("--force", action="store_true", help="drop local commits in build/src")
-    add("export", cmd_export, "write build/src's commits back to kernel/patches")
+    sp = add("export", cmd_export, "write build/src's commits back to kernel/patches")
+    sp.add_argument("--author", metavar="IDENTITY",
+                    help="\"Name <user@host>\": the From: and Signed-off-by: of every patch "
+                         "and cover letter in place of the placeholder (default: kernel/PARTS' "
+                         f"author: line, else the placeholder {author.PLACEHOLDER})")
     sp = add("config", cmd_config, "generate and verify the kernel .config")
     sp.add_argument("--jobs", type=positive, default=None)
     sp = add("build", cmd_build, "build the kernel and the initramfs")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from . import author as authorship
 from . import printer
 from .errors import HarnessError
 from .paths import LAYOUT, Layout
@@ -72,15 +73,20 @@ class Part:
 _PART_NAME = re.compile(r"^[0-9][0-9a-z-]*$")
 
 
+_AUTHOR_KEY = "author:"
+
+
 def read_parts(layout: Layout = LAYOUT) -> List[Part]:
     """kernel/PARTS: the series in the order they apply, one per line
     ("<folder> <number of patches>"). Without it the patches are one series
-    directly in kernel/patches."""
+    directly in kernel/patches. An "author:" line is read_author()'s."""
     path = layout.patches.parent / "PARTS"
     if not path.exists():
         return []
     parts: List[Part] = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip().startswith(_AUTHOR_KEY):
+            continue
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
@@ -95,6 +101,24 @@ def read_parts(layout: Layout = LAYOUT) -> List[Part]:
     if not parts:
         raise HarnessError(f"{path} names no series")
     return parts
+
+
+def read_author(layout: Layout = LAYOUT) -> Optional[authorship.Identity]:
+    """The "author: Name <user@host>" line of kernel/PARTS, if it has one:
+    the identity ./xpfo export writes when --author is not given. The rest
+    of the line is the identity ('#' is no comment there)."""
+    path = layout.patches.parent / "PARTS"
+    if not path.exists():
+        return None
+    found: Optional[authorship.Identity] = None
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip().startswith(_AUTHOR_KEY):
+            continue
+        if found is not None:
+            raise HarnessError(f"{path}:{n}: a second author: line")
+        found = authorship.parse(line.strip()[len(_AUTHOR_KEY):].strip(),
+                                 where=f"{path}:{n}: author:")
+    return found
 
 
 def _series_patches(folder: Path) -> List[Path]:
@@ -132,8 +156,8 @@ def series_id(base: Base, patches: List[Path]) -> str:
 BASE_DATE = "2026-01-01T00:00:00+0000"
 # What build/src's own git uses for the commits a developer adds there: the
 # series' identity, and index lines as the exported patches have them.
-TREE_CONFIG = (("user.name", "xpfo-dev"), ("user.email", "xpfo-dev@localhost"),
-               ("core.abbrev", "7"))
+TREE_CONFIG = (("user.name", authorship.PLACEHOLDER.name),
+               ("user.email", authorship.PLACEHOLDER.email), ("core.abbrev", "7"))
 
 
 def _git(src: Path, *args: str, check: bool = True,
@@ -234,8 +258,12 @@ def head_commit(layout: Layout = LAYOUT) -> str:
     return r.stdout.strip() or "unknown"
 
 
-def export(layout: Layout = LAYOUT) -> List[Path]:
-    """Write the commits on top of the base back to kernel/patches."""
+def export(layout: Layout = LAYOUT,
+           author: Optional[authorship.Identity] = None) -> List[Path]:
+    """Write the commits on top of the base back to kernel/patches, as
+    `author` (else kernel/PARTS' author: line, else the placeholder that
+    build/src commits as): see harness/author.py."""
+    who = author or read_author(layout)
     src = layout.src
     if not (src / ".git").is_dir():
         raise HarnessError(f"no kernel tree at {src}", "run ./xpfo source first")
@@ -266,6 +294,8 @@ def export(layout: Layout = LAYOUT) -> List[Path]:
         old_dir = layout.patches / name if name else layout.patches
         for cover in sorted(old_dir.glob("0000-*.patch")) if old_dir.is_dir() else []:
             shutil.copy2(cover, out / cover.name)  # written by hand, kept across exports
+        for patch in sorted(out.glob("*.patch")):
+            authorship.rewrite_file(patch, who)
     old = layout.patches.with_name("patches.old")
     shutil.rmtree(old, ignore_errors=True)
     if layout.patches.exists():
@@ -277,5 +307,6 @@ def export(layout: Layout = LAYOUT) -> List[Path]:
     (src / STAMP).write_text(series_id(base, new) + "\n")
     head = _git(src, "rev-parse", "HEAD").stdout.strip()
     (src / ".git" / "xpfo-head").write_text(head + "\n")
-    printer.info("export", f"wrote {len(new)} patches to {layout.patches}")
+    by = f" from {who}" if who and who != authorship.PLACEHOLDER else ""
+    printer.info("export", f"wrote {len(new)} patches to {layout.patches}{by}")
     return new

@@ -272,7 +272,7 @@ def kunit_cases() -> Dict[str, int]:
 def parts() -> List[Tuple[str, int]]:
     out = []
     for line in (ROOT / "kernel" / "PARTS").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
+        if line.strip() and not line.startswith(("#", "author:")):
             name, count = line.split()
             out.append((name, int(count)))
     return out
