@@ -6,7 +6,8 @@ that a maintainer would make before taking them, from the patch files alone
   the same series added to the same file;
 - subject-length, subject-form, subject-case, subject-verb: the Subject
   (without "[PATCH ...]") is at most 75 characters, reads `prefix: summary`,
-  the summary starts lower case unless with an acronym or identifier, and
+  the summary starts lower case unless with an acronym or identifier
+  (upper case after an x86 prefix, as the tip tree has it), and
   not with a word that cannot be an imperative verb;
 - fixes-tag: a patch whose subject or changelog says "fix" or "fixes" has
   no `Fixes:` trailer.
@@ -125,8 +126,12 @@ def subject_findings(series: str, n: int, p: Patch) -> List[Finding]:
     if not m or not m.group(2).strip():
         return out + [found("subject-form")]
     word = m.group(2).split()[0]
-    if word[0].isupper() and not (any(c.isupper() for c in word[1:]) or
-                                  "_" in word or "(" in word):
+    identifier = any(c.isupper() for c in word[1:]) or "_" in word or "(" in word
+    if m.group(1).startswith("x86"):
+        # the tip tree's convention: "x86/mm: Add ..."
+        if word[0].islower() and not identifier:
+            out.append(found("subject-case"))
+    elif word[0].isupper() and not identifier:
         out.append(found("subject-case"))
     if word.lower().rstrip(",") in NON_VERBS:
         out.append(found("subject-verb"))
