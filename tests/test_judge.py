@@ -99,6 +99,19 @@ def test_kunit_case_that_needs_pgtprot_sections_too():
                        "strict+pgt-batched").passed
 
 
+def test_kunit_case_whose_scenario_may_not_arise_in_strict():
+    skipped = console.parse(_ktap("ok 1 a", "ok 2 xpfo_test_remote_order4 # SKIP another block"))
+    # strict: the freed block may never come back; not a failure
+    assert judge.kunit(skipped, "strict").passed
+    assert judge.kunit(skipped, "strict+pgt-batched").passed
+    # sync gives it back at once: a skip there fails
+    v = judge.kunit(skipped, "sync")
+    assert not v.passed and "xpfo_test_remote_order4 skipped" in v.reasons[0]
+    # and a failure fails in strict too
+    failed = console.parse(_ktap("ok 1 a", "not ok 2 xpfo_test_remote_order4"))
+    assert not judge.kunit(failed, "strict").passed
+
+
 def test_kunit_must_skip_itself_when_off():
     assert judge.kunit(console.parse(_ktap("ok 1 a # SKIP off", "ok 2 b # SKIP off")),
                        "off").passed
