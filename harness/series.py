@@ -27,6 +27,9 @@ class PatchCheck:
     messages: List[str]
     # configuration name -> built there (only what was built)
     by_config: Dict[str, bool] = field(default_factory=dict)
+    # features whose code the "on" build compiled although the patch does
+    # not let them be selected yet (see force_selectable())
+    forced: List[str] = field(default_factory=list)
 
 
 # The two configurations every patch is built in: the test kernel's
@@ -61,6 +64,31 @@ def config_fragment(layout: Layout, name: str) -> Path:
     frag.parent.mkdir(parents=True, exist_ok=True)
     frag.write_text("".join(lines) + "# CONFIG_XPFO is not set\n# CONFIG_PGTPROT is not set\n")
     return frag
+
+
+# A feature's Kconfig symbol, the file that defines it, and the symbol the
+# architecture selects to let it be turned on: until the series adds that
+# select (after the conversions the feature needs), CONFIG_XPFO cannot be
+# set, and a kernel built there has the feature off.
+SELECTS = (("XPFO", "mm/Kconfig", "ARCH_SUPPORTS_XPFO"),)
+
+
+def force_selectable(wt: Path) -> List[str]:
+    """At a patch where a feature's code is there but x86 does not select it
+    yet, add the select to the checked-out tree @wt, so that the "on" build
+    compiles that code (the next checkout drops it); the features it did
+    that for."""
+    forced = []
+    arch = wt / "arch/x86/Kconfig"
+    for name, defined_in, symbol in SELECTS:
+        text = arch.read_text()
+        if (not re.search(rf"^config {name}$", (wt / defined_in).read_text(), re.M)
+                or f"select {symbol}" in text):
+            continue
+        i = text.index("\tselect ", text.index("\nconfig X86\n"))
+        arch.write_text(f"{text[:i]}\tselect {symbol}\t\tif X86_64\n{text[i:]}")
+        forced.append(name)
+    return forced
 
 
 def objects_for(layout: Layout, cfg: str, c_files: List[str]) -> List[str]:
@@ -148,12 +176,18 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
         msgs = checkpatch(src, patch)
         ok, secs = True, 0.0
         by_config: Dict[str, bool] = {}
+        forced: List[str] = []
         built = build_each and first <= n <= last
         if built:
             subprocess.run(["git", "checkout", "-q", "--detach", "-f", commit], cwd=wt, check=True)
             files = subprocess.run(["git", "show", "--name-only", "--format=", commit], cwd=wt,
                                    capture_output=True, text=True, check=True).stdout.split()
             for cfg in configs:
+                if cfg == "on":
+                    forced = force_selectable(wt)
+                else:
+                    subprocess.run(["git", "checkout", "-q", "-f", commit, "--", "."], cwd=wt,
+                                   check=True)
                 obj = layout.build / ("series-obj" if cfg == "on" else f"series-obj-{cfg}")
                 req = build.BuildRequest(src=wt, obj=obj, fragment=config_fragment(layout, cfg),
                                          jobs=jobs or (os.cpu_count() or 1) + 1)
@@ -172,12 +206,21 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
         out.append(PatchCheck(str(patch.relative_to(layout.patches)), commit[:12], built, ok,
                               round(secs, 1),
                               _count(msgs, "ERROR"), _count(msgs, "WARNING"),
-                              _count(msgs, "CHECK"), msgs, by_config))
+                              _count(msgs, "CHECK"), msgs, by_config, forced))
         state = ("ok" if ok else "FAILED") if built else "not built"
         printer.info("series", f"{patch.relative_to(layout.patches)}: build {state}, checkpatch "
                      f"{out[-1].errors} errors, {out[-1].warnings} warnings, "
                      f"{out[-1].checks} checks")
     return out
+
+
+def _cell(r: PatchCheck, cfg: str) -> str:
+    if cfg not in r.by_config:
+        return "-"
+    cell = "yes" if r.by_config[cfg] else "NO"
+    if cfg == "on" and r.forced:
+        cell += f" ({', '.join(r.forced)} forced)"
+    return cell
 
 
 def table(results: List[PatchCheck]) -> str:
@@ -187,14 +230,18 @@ def table(results: List[PatchCheck]) -> str:
              "|---|" + "---|" * (max(len(cfgs), 1) + 2)]
     for r in results:
         if cfgs:
-            built = "".join(f" {('yes' if r.by_config[c] else 'NO') if c in r.by_config else '-'} |"
-                            for c in cfgs)
+            built = "".join(f" {_cell(r, c)} |" for c in cfgs)
         else:
             built = f" {('yes' if r.build_ok else 'NO') if r.built else 'not built'} |"
         secs = printer.fmt_elapsed(r.build_seconds) if r.built else "-"
         lines.append(f"| {r.patch} |{built} {secs} | {r.errors} errors, "
                      f"{r.warnings} warnings, {r.checks} checks |")
     lines.append("")
+    if any(r.forced for r in results):
+        lines += ["\"forced\": the patch does not let the feature be selected yet (x86 "
+                  "selects it only after the conversions it needs); the on build added "
+                  "the select line, so that the feature's code is compiled at that patch. "
+                  "A kernel built there from the patch alone has the feature off.", ""]
     for r in results:
         for m in r.messages:
             lines.append(f"- {r.patch}: {m.split(': ', 1)[-1]}")

@@ -59,3 +59,43 @@ def test_table_has_a_column_per_configuration():
     assert "| patch | XPFO, pgtprot on | XPFO, pgtprot off | build time |" in text
     assert "| 1-xpfo/0001-a.patch | yes | NO | 1m01s | 0 errors, 1 warnings, 0 checks |" in text
     assert "- 1-xpfo/0001-a.patch: WARNING:FOO: bar" in text
+
+
+def _tree(tmp_path: Path, kconfig: str, arch: str) -> Path:
+    (tmp_path / "mm").mkdir(parents=True)
+    (tmp_path / "arch/x86").mkdir(parents=True)
+    (tmp_path / "mm/Kconfig").write_text(kconfig)
+    (tmp_path / "arch/x86/Kconfig").write_text(arch)
+    return tmp_path
+
+
+ARCH = "config X86_64\n\tdef_bool y\n\nconfig X86\n\tdef_bool y\n\tselect ARCH_A\n\tselect ARCH_B\n"
+
+
+def test_feature_not_selectable_yet_is_forced_for_the_on_build(tmp_path: Path):
+    wt = _tree(tmp_path, "config XPFO\n\tbool \"x\"\n", ARCH)
+    assert series.force_selectable(wt) == ["XPFO"]
+    text = (wt / "arch/x86/Kconfig").read_text()
+    assert ("config X86\n\tdef_bool y\n\tselect ARCH_SUPPORTS_XPFO\t\tif X86_64\n"
+            "\tselect ARCH_A") in text
+    # once is enough: a second call finds the select and adds nothing
+    assert series.force_selectable(wt) == []
+    assert text == (wt / "arch/x86/Kconfig").read_text()
+
+
+def test_nothing_forced_before_the_feature_or_once_x86_selects_it(tmp_path: Path):
+    before = _tree(tmp_path / "a", "config OTHER\n", ARCH)
+    assert series.force_selectable(before) == []
+    assert (before / "arch/x86/Kconfig").read_text() == ARCH
+    selects = ARCH + "\tselect ARCH_SUPPORTS_XPFO\t\tif X86_64\n"
+    after = _tree(tmp_path / "b", "config XPFO\n", selects)
+    assert series.force_selectable(after) == []
+    assert (after / "arch/x86/Kconfig").read_text() == selects
+
+
+def test_forced_build_is_marked_in_the_table():
+    r = series.PatchCheck("1-xpfo/0003-a.patch", "abc", True, True, 5.0, 0, 0, 0, [],
+                          {"on": True, "off": True}, ["XPFO"])
+    text = series.table([r])
+    assert "| 1-xpfo/0003-a.patch | yes (XPFO forced) | yes |" in text
+    assert "does not let the feature be selected yet" in text
