@@ -7,6 +7,7 @@ this module boots them and shows the results.
 """
 
 import time
+from pathlib import Path
 from typing import List, Optional, Sequence
 
 from . import attacks, guest, judge, machines, modes, printer
@@ -37,21 +38,27 @@ def steps(cpus: int, disk: bool = True) -> List[str]:
 
 
 def run(mode: str, cpus: int, timeout: float, kunit: bool = True,
-        machine: str = machines.DEFAULT) -> dict:
-    """One attack boot in `mode`, judged: the result `./xpfo test` records."""
+        machine: str = machines.DEFAULT, kernel: Optional[Path] = None,
+        predict: Optional[bool] = None, label: Optional[str] = None) -> dict:
+    """One attack boot in `mode`, judged: the result `./xpfo test` records.
+    @kernel: another image than the series' build (series-check --boot);
+    @predict: run the predict step or not (default: where the mode has it
+    and the machine is QEMU); @label: the log's name."""
     kind = machines.get(machine)
     cpus = kind.vcpus(cpus)
     params = modes.params(mode) + ["hugepages=4"]
     if kunit:
         # every suite the test kernel has: xpfo and pgtprot
         params += ["kunit.enable=1"]
-    label = f"attacks-{mode}" + ("" if kind.name == machines.DEFAULT else f"-{kind.name}")
-    # predict's faults of up to 2M each take minutes at Bochs's speed
-    predict = attacks.predict_runs(mode) and kind.emulator == machines.QEMU
+    label = label or (f"attacks-{mode}"
+                      + ("" if kind.name == machines.DEFAULT else f"-{kind.name}"))
+    if predict is None:
+        # predict's faults of up to 2M each take minutes at Bochs's speed
+        predict = attacks.predict_runs(mode) and kind.emulator == machines.QEMU
     boot_steps = steps(cpus, kind.has_disk) + ([attacks.PREDICT_STEP] if predict else [])
     req = guest.GuestRequest(steps=boot_steps, cpus=cpus, mem_mb=1024,
                              params=params, timeout=timeout, disk=kind.has_disk,
-                             label=label, machine=kind.name)
+                             label=label, machine=kind.name, kernel=kernel)
     r = guest.run(req)
     con = r.console
     j = judge.attack_run(r, mode, cpus, with_kunit=kunit, predict=predict)

@@ -140,7 +140,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_series_check(args: argparse.Namespace) -> int:
     ok = series.run_check(LAYOUT, jobs=args.jobs, build_each=not args.no_build,
                           first=args.first, last=args.last, configs=args.configs,
-                          objects=args.objects, write=args.write)
+                          objects=args.objects, write=args.write, boot=args.boot)
     return 0 if ok else 1
 
 
@@ -325,6 +325,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--objects", action="store_true",
                     help="build the patch's own objects and the hook carriers with -Werror "
                          "instead of the whole kernel (needs ./xpfo build first)")
+    sp.add_argument("--boot", action="store_true",
+                    help="build the on configuration's whole kernel at each patch and, where "
+                         "it has XPFO (pgtprot), run the attack boot in strict (and "
+                         "strict+pgt-batched); with --write, into its own section of "
+                         "docs/SERIES.md (about 4 minutes a patch on 2 cores)")
     sp.add_argument("--write", action="store_true", help="write docs/SERIES.md")
     add("series-lint", cmd_series_lint,
         "mechanical checks of the patch files: a patch that rewrites an earlier one's "

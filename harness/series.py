@@ -30,6 +30,9 @@ class PatchCheck:
     # features whose code the "on" build compiled although the patch does
     # not let them be selected yet (see force_selectable())
     forced: List[str] = field(default_factory=list)
+    # --boot: mode -> the attack boot of the "on" kernel built there (see
+    # boot_modes()), {"passed": bool, "failed": [reason, ...], "seconds": s}
+    boots: Dict[str, dict] = field(default_factory=dict)
 
 
 # The two configurations every patch is built in: the test kernel's
@@ -91,6 +94,42 @@ def force_selectable(wt: Path) -> List[str]:
     return forced
 
 
+# The attack boot of --boot: XPFO's recommended mode wherever the patch's
+# kernel has XPFO, and the recommended configuration wherever it has pgtprot
+BOOT_XPFO_MODE = "strict"
+BOOT_PGT_MODE = "strict+pgt-batched"
+BOOT_CPUS = 2
+BOOT_TIMEOUT = 900.0
+
+
+def boot_modes(config: str, forced: Sequence[str]) -> List[str]:
+    """The modes --boot boots a patch's "on" kernel in, from its .config
+    text: none where XPFO is off or was only forced on (a kernel built from
+    the patch alone cannot have it)."""
+    on = set(re.findall(r"^CONFIG_(XPFO|PGTPROT)=y$", config, re.M)) - set(forced)
+    if "XPFO" not in on:
+        return []
+    return [BOOT_XPFO_MODE] + ([BOOT_PGT_MODE] if "PGTPROT" in on else [])
+
+
+def boot_patch(obj: Path, forced: Sequence[str], label: str) -> Dict[str, dict]:
+    """The attack boots of the kernel built in @obj: `./xpfo test`'s attack
+    boot (lkdtm, ret2dir, KUnit, the audits) less the predict step, whose
+    reuse counts belong to a later patch of the series."""
+    from . import attack_runs  # the boot machinery, only for --boot
+    out: Dict[str, dict] = {}
+    for mode in boot_modes((obj / ".config").read_text(), forced):
+        start = time.monotonic()
+        r = attack_runs.run(mode, BOOT_CPUS, BOOT_TIMEOUT,
+                            kernel=obj / "arch" / "x86" / "boot" / "bzImage",
+                            predict=False, label=f"series-{label}-{mode}")
+        out[mode] = {"passed": r["passed"], "failed": list(r.get("reasons", [])),
+                     "seconds": round(time.monotonic() - start, 1), "log": r["log"]}
+        printer.info("series", f"{label}: attack boot {mode} "
+                     + ("passed" if r["passed"] else f"FAILED ({len(out[mode]['failed'])})"))
+    return out
+
+
 def objects_for(layout: Layout, cfg: str, c_files: List[str]) -> List[str]:
     """The objects --objects builds at a patch in configuration @cfg: the
     hook carriers and the objects of the patch's C files that the test
@@ -141,14 +180,18 @@ def _count(messages: List[str], kind: str) -> int:
 def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
           build_each: bool = True, first: int = 1,
           last: Optional[int] = None, configs: Sequence[str] = CONFIGS,
-          objects: bool = False) -> List[PatchCheck]:
+          objects: bool = False, boot: bool = False) -> List[PatchCheck]:
     """checkpatch every patch; build the tree at patches `first` to `last`
     (the last patch of the series when None) in each of @configs: the whole
     bzImage over the previous patch's objects, or with @objects make
-    prepare and the objects objects_for() names, with -Werror."""
+    prepare and the objects objects_for() names, with -Werror. With @boot
+    the "on" kernel is built whole and booted (boot_patch()) where it has
+    the features."""
     bad = [c for c in configs if c not in CONFIGS]
     if bad:
         raise HarnessError(f"unknown configuration {bad[0]!r}", "known: " + ", ".join(CONFIGS))
+    if boot and "on" not in configs:
+        raise HarnessError("--boot boots the on configuration's kernel", "add --configs on")
     if objects and build_each and not (layout.obj / "vmlinux.o").exists():
         raise HarnessError(f"--objects takes the list of objects from the full build in "
                            f"{layout.obj}, which is not there", "run ./xpfo build first")
@@ -177,6 +220,7 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
         ok, secs = True, 0.0
         by_config: Dict[str, bool] = {}
         forced: List[str] = []
+        boots: Dict[str, dict] = {}
         built = build_each and first <= n <= last
         if built:
             subprocess.run(["git", "checkout", "-q", "--detach", "-f", commit], cwd=wt, check=True)
@@ -195,18 +239,21 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
                              f"XPFO and pgtprot {cfg}" + (", objects" if objects else ""))
                 start = time.monotonic()
                 r = build.configure(req, verify=False)
+                whole = not objects or (boot and cfg == "on")
                 if r.status is build.Status.SUCCESS:
-                    r = (build_objects(req, objects_for(layout, cfg, files)) if objects
-                         else build.build(req))
+                    r = (build.build(req) if whole
+                         else build_objects(req, objects_for(layout, cfg, files)))
                 by_config[cfg] = r.status is build.Status.SUCCESS
                 secs += time.monotonic() - start
                 if not by_config[cfg]:
                     printer.raw(r.message)
+                elif boot and cfg == "on":
+                    boots = boot_patch(obj, forced, f"{n:02d}")
             ok = all(by_config.values())
         out.append(PatchCheck(str(patch.relative_to(layout.patches)), commit[:12], built, ok,
                               round(secs, 1),
                               _count(msgs, "ERROR"), _count(msgs, "WARNING"),
-                              _count(msgs, "CHECK"), msgs, by_config, forced))
+                              _count(msgs, "CHECK"), msgs, by_config, forced, boots))
         state = ("ok" if ok else "FAILED") if built else "not built"
         printer.info("series", f"{patch.relative_to(layout.patches)}: build {state}, checkpatch "
                      f"{out[-1].errors} errors, {out[-1].warnings} warnings, "
@@ -275,11 +322,19 @@ def split_doc(path: Path) -> "tuple[str, str]":
     return (text, "") if i < 0 else (text[:i], "\n" + text[i:])
 
 
+def _rest(text: str) -> str:
+    """What follows the per-patch table in docs/SERIES.md: from its first
+    second-level heading on (the sections written by hand, the attack boots,
+    the shipped configurations)."""
+    i = text.find("\n## ")
+    return "" if i < 0 else text[i:]
+
+
 def write_doc(text: str, objects: bool, layout: Layout = LAYOUT) -> Path:
-    """The per-patch table into docs/SERIES.md, its shipped part kept."""
+    """The per-patch table into docs/SERIES.md, every section after it kept."""
     path = doc_path(layout)
     path.parent.mkdir(exist_ok=True)
-    _, shipped = split_doc(path)
+    rest = _rest(path.read_text()) if path.exists() else ""
     how = ("`make prepare`, then with `-Werror` the objects of the patch's own C "
            "files that the test kernel builds and the files that carry XPFO and "
            "pgtprot hooks (`harness/series.py`)" if objects else
@@ -292,20 +347,80 @@ def write_doc(text: str, objects: bool, layout: Layout = LAYOUT) -> Path:
                     "Each patch is checked out in `build/series-src` and built in the "
                     "test kernel's configuration (XPFO and pgtprot on) and in the same "
                     f"with both not set (off): {how}.\n\n"
-                    f"{text}\n{shipped}")
+                    f"{text}\n{rest}")
+    return path
+
+
+BOOT_HEADING = "## Attack boot at each patch"
+
+
+def boot_table(results: List[PatchCheck]) -> str:
+    """The patches --boot booted: one column per mode, then what failed."""
+    booted = [r for r in results if r.boots]
+    lines = [f"| patch | {BOOT_XPFO_MODE} | {BOOT_PGT_MODE} | boot time |", "|---|---|---|---|"]
+    for r in booted:
+        cells = []
+        for mode in (BOOT_XPFO_MODE, BOOT_PGT_MODE):
+            b = r.boots.get(mode)
+            cells.append("-" if b is None else "passed" if b["passed"]
+                         else f"FAILED ({len(b['failed'])})")
+        secs = sum(b["seconds"] for b in r.boots.values())
+        lines.append(f"| {r.patch} | {' | '.join(cells)} | {printer.fmt_elapsed(secs)} |")
+    lines.append("")
+    for r in booted:
+        for mode, b in r.boots.items():
+            lines += [f"- {r.patch}, {mode}: {reason}" for reason in b["failed"]]
+    return "\n".join(lines)
+
+
+def write_boot_doc(text: str, first: int, last: int, seconds: float,
+                   layout: Layout = LAYOUT) -> Path:
+    """The attack boots into their section of docs/SERIES.md (made before the
+    shipped configurations' if there is none), the rest kept."""
+    path = doc_path(layout)
+    doc = path.read_text() if path.exists() else "# Series check\n"
+    section = (f"{BOOT_HEADING}\n\nCommand: `./xpfo series-check --boot --configs on "
+               f"--from {first} --to {last} --write`, "
+               f"{time.strftime('%Y-%m-%d', time.gmtime())}, repository commit "
+               f"`{repo_head(layout)}`, {printer.fmt_elapsed(seconds)} in all (builds "
+               "included), QEMU TCG, "
+               f"{BOOT_CPUS} vCPUs. At every patch whose kernel in the test configuration "
+               "has XPFO (pgtprot), the attack boot of `./xpfo test` in "
+               f"{BOOT_XPFO_MODE} (and {BOOT_PGT_MODE}), judged as `./xpfo test` judges "
+               "it, without the predict step (XPFO 27's guarantee). A test a later patch "
+               "adds fails here as missing.\n\n" + text + "\n")
+    i = doc.find(BOOT_HEADING)
+    if i >= 0:
+        j = doc.find("\n## ", i + len(BOOT_HEADING))
+        doc = doc[:i] + section + (doc[j + 1:] if j >= 0 else "")
+    else:
+        k = doc.find(SHIPPED_HEADING)
+        doc = (doc.rstrip("\n") + "\n\n" + section if k < 0
+               else doc[:k] + section + "\n" + doc[k:])
+    path.write_text(doc)
     return path
 
 
 def run_check(layout: Layout = LAYOUT, jobs: Optional[int] = None, build_each: bool = True,
               first: int = 1, last: Optional[int] = None, configs: Sequence[str] = CONFIGS,
-              objects: bool = False, write: bool = False) -> bool:
+              objects: bool = False, write: bool = False, boot: bool = False) -> bool:
     """`./xpfo series-check`: check every patch, print the table (and with
-    `write` record it); true when every patch built with no checkpatch error."""
+    `write` record it; with `boot`, the attack boots' table instead); true
+    when every patch built with no checkpatch error and every boot passed."""
     deps.ensure(quiet=True)
+    start = time.monotonic()
     results = check(layout, jobs=jobs, build_each=build_each, first=first, last=last,
-                    configs=configs, objects=objects)
+                    configs=configs, objects=objects, boot=boot)
     text = table(results)
     printer.raw(text)
-    if write:
+    if boot:
+        btext = boot_table(results)
+        printer.raw(btext)
+        if write:
+            n = len(results)
+            write_boot_doc(btext, first, n if last is None else last,
+                           time.monotonic() - start, layout)
+    elif write:
         write_doc(text, objects, layout)
-    return all(r.build_ok and r.errors == 0 for r in results)
+    return all(r.build_ok and r.errors == 0 and all(b["passed"] for b in r.boots.values())
+               for r in results)

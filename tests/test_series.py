@@ -99,3 +99,51 @@ def test_forced_build_is_marked_in_the_table():
     text = series.table([r])
     assert "| 1-xpfo/0003-a.patch | yes (XPFO forced) | yes |" in text
     assert "does not let the feature be selected yet" in text
+
+
+def test_boot_modes_follow_the_kernel_configuration():
+    assert series.boot_modes("CONFIG_XPFO=y\nCONFIG_PGTPROT=y\n", []) == [
+        "strict", "strict+pgt-batched"]
+    assert series.boot_modes("CONFIG_XPFO=y\n# CONFIG_PGTPROT is not set\n", []) == ["strict"]
+    # XPFO only there because the check forced its select: nothing to boot
+    assert series.boot_modes("CONFIG_XPFO=y\n", ["XPFO"]) == []
+    assert series.boot_modes("# CONFIG_XPFO is not set\nCONFIG_XPFO_DEBUG=y\n", []) == []
+
+
+def _booted(passed: bool) -> series.PatchCheck:
+    boots = {"strict": {"passed": True, "failed": [], "seconds": 60.0, "log": "a"}}
+    if not passed:
+        boots["strict+pgt-batched"] = {"passed": False, "seconds": 70.0, "log": "b",
+                                       "failed": ["PGTPROT_WRITE_IMAGE: no result"]}
+    return series.PatchCheck("2-pgtprot/0002-a.patch", "abc", True, True, 5.0, 0, 0, 0, [],
+                             {"on": True}, [], boots)
+
+
+def test_boot_table_shows_each_mode_and_what_failed():
+    text = series.boot_table([_booted(True), _booted(False)])
+    assert "| 2-pgtprot/0002-a.patch | passed | - | 1m00s |" in text
+    assert "| 2-pgtprot/0002-a.patch | passed | FAILED (1) | 2m10s |" in text
+    assert "- 2-pgtprot/0002-a.patch, strict+pgt-batched: PGTPROT_WRITE_IMAGE: no result" in text
+
+
+def test_doc_sections_survive_each_other(layout: Layout, monkeypatch):
+    monkeypatch.setattr(series, "repo_head", lambda layout: "abc")
+    doc = series.doc_path(layout)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text("# Series check\n\nold table\n\n## The two series\n\nby hand\n\n"
+                   f"{series.SHIPPED_HEADING}\n\nshipped\n")
+    series.write_boot_doc("boot table 1", 26, 45, 600.0, layout)
+    series.write_doc("new table", True, layout)
+    series.write_boot_doc("boot table 2", 26, 45, 600.0, layout)
+    text = doc.read_text()
+    assert "old table" not in text and "new table" in text and "by hand" in text
+    assert "boot table 1" not in text and "boot table 2" in text
+    assert text.index("by hand") < text.index(series.BOOT_HEADING) < text.index(
+        series.SHIPPED_HEADING)
+    assert text.count(series.BOOT_HEADING) == 1 and "shipped" in text
+    assert "--boot --configs on --from 26 --to 45 --write" in text
+
+
+def test_boot_needs_the_on_configuration(layout: Layout):
+    with pytest.raises(HarnessError, match="--boot boots the on configuration"):
+        series.check(layout, configs=("off",), boot=True)
