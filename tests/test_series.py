@@ -147,3 +147,11 @@ def test_doc_sections_survive_each_other(layout: Layout, monkeypatch):
 def test_boot_needs_the_on_configuration(layout: Layout):
     with pytest.raises(HarnessError, match="--boot boots the on configuration"):
         series.check(layout, configs=("off",), boot=True)
+
+
+def test_pgtprot_tests_are_told_apart():
+    assert series.pgtprot_test("PGTPROT_WRITE_PTE (strict): no result")
+    assert series.pgtprot_test("PGTPROT_AUDIT[boot] (strict): no audit")
+    assert series.pgtprot_test("IMAGE_TAIL (strict): 495 pages mapped")
+    assert not series.pgtprot_test("XPFO_READ_USER (strict): read the value")
+    assert not series.pgtprot_test("KUnit xpfo suite, xpfo=strict: x failed")
