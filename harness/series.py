@@ -143,7 +143,8 @@ def boot_patch(obj: Path, forced: Sequence[str], label: str) -> Dict[str, dict]:
                      "failed": failed, "not_applicable": na,
                      "seconds": round(time.monotonic() - start, 1), "log": r["log"]}
         printer.info("series", f"{label}: attack boot {mode} "
-                     + ("passed" if r["passed"] else f"FAILED ({len(out[mode]['failed'])})"))
+                     + ("passed" if out[mode]["passed"] else f"FAILED ({len(failed)})")
+                     + (f", {len(na)} pgtprot tests not counted" if na else ""))
     return out
 
 
@@ -371,50 +372,77 @@ def write_doc(text: str, objects: bool, layout: Layout = LAYOUT) -> Path:
 BOOT_HEADING = "## Attack boot at each patch"
 
 
-def boot_table(results: List[PatchCheck]) -> str:
-    """The patches --boot booted: one column per mode, then what failed."""
-    booted = [r for r in results if r.boots]
-    lines = [f"| patch | {BOOT_XPFO_MODE} | {BOOT_PGT_MODE} | boot time |", "|---|---|---|---|"]
-    for r in booted:
+def boot_rows(results: List[PatchCheck]) -> "tuple[List[str], List[str], List[str]]":
+    """The patches --boot booted: their table rows, the lines of what
+    failed, and the names of pgtprot's tests not counted."""
+    rows, failures = [], []
+    for r in (r for r in results if r.boots):
         cells = []
         for mode in (BOOT_XPFO_MODE, BOOT_PGT_MODE):
             b = r.boots.get(mode)
             cells.append("-" if b is None else "passed" if b["passed"]
                          else f"FAILED ({len(b['failed'])})")
         secs = sum(b["seconds"] for b in r.boots.values())
-        lines.append(f"| {r.patch} | {' | '.join(cells)} | {printer.fmt_elapsed(secs)} |")
-    lines.append("")
-    for r in booted:
+        rows.append(f"| {r.patch} | {' | '.join(cells)} | {printer.fmt_elapsed(secs)} |")
         for mode, b in r.boots.items():
-            lines += [f"- {r.patch}, {mode}: {reason}" for reason in b["failed"]]
-    na = sorted({x.split(" (", 1)[0] for r in booted for b in r.boots.values()
+            failures += [f"- {r.patch}, {mode}: {reason}" for reason in b["failed"]]
+    na = sorted({x.split(" (", 1)[0] for r in results for b in r.boots.values()
                  for x in b.get("not_applicable", [])})
+    return rows, failures, na
+
+
+BOOT_HEAD = [f"| patch | {BOOT_XPFO_MODE} | {BOOT_PGT_MODE} | boot time |", "|---|---|---|---|"]
+NA_LINE = ("Not counted where the tree has no pgtprot series (its tests, which fail there "
+           "as missing): ")
+
+
+def boot_table(results: List[PatchCheck]) -> str:
+    """The patches --boot booted: one column per mode, then what failed."""
+    rows, failures, na = boot_rows(results)
+    lines = BOOT_HEAD + rows + [""] + failures
     if na:
-        lines += ["", "Not counted where the tree has no pgtprot series (its tests, which "
-                  "fail there as missing): " + ", ".join(na) + "."]
+        lines += ["", NA_LINE + ", ".join(na) + "."]
     return "\n".join(lines)
 
 
-def write_boot_doc(text: str, first: int, last: int, seconds: float,
+def write_boot_doc(results: List[PatchCheck], first: int, last: int, seconds: float,
                    layout: Layout = LAYOUT) -> Path:
     """The attack boots into their section of docs/SERIES.md (made before the
-    shipped configurations' if there is none), the rest kept."""
+    shipped configurations' if there is none), merged with the patches an
+    earlier run booted: a patch booted again replaces its row; the rest of
+    the file is kept."""
     path = doc_path(layout)
     doc = path.read_text() if path.exists() else "# Series check\n"
-    section = (f"{BOOT_HEADING}\n\nCommand: `./xpfo series-check --boot --configs on "
-               f"--from {first} --to {last} --write`, "
-               f"{time.strftime('%Y-%m-%d', time.gmtime())}, repository commit "
-               f"`{repo_head(layout)}`, {printer.fmt_elapsed(seconds)} in all (builds "
-               "included), QEMU TCG, "
-               f"{BOOT_CPUS} vCPUs. At every patch whose kernel in the test configuration "
-               "has XPFO (pgtprot), the attack boot of `./xpfo test` in "
-               f"{BOOT_XPFO_MODE} (and {BOOT_PGT_MODE}), judged as `./xpfo test` judges "
-               "it, without the predict step (XPFO 27's guarantee). A test a later patch "
-               "adds fails here as missing.\n\n" + text + "\n")
     i = doc.find(BOOT_HEADING)
+    old = ""
     if i >= 0:
         j = doc.find("\n## ", i + len(BOOT_HEADING))
-        doc = doc[:i] + section + (doc[j + 1:] if j >= 0 else "")
+        old = doc[i:] if j < 0 else doc[i:j + 1]
+    rows, failures, na = boot_rows(results)
+    patches = {r.patch for r in results if r.boots}
+    runs = [line for line in old.splitlines() if line.startswith("- `./xpfo series-check")]
+    old_rows = [line for line in old.splitlines() if line.startswith("| ")
+                and line not in BOOT_HEAD and line.split(" | ")[0][2:] not in patches]
+    old_fail = [line for line in old.splitlines() if line.startswith("- ")
+                and not line.startswith("- `") and line[2:].split(", ")[0] not in patches]
+    old_na = next((line[len(NA_LINE):].rstrip(".").split(", ") for line in old.splitlines()
+                   if line.startswith(NA_LINE)), [])
+    runs.append(f"- `./xpfo series-check --boot --configs on --from {first} --to {last} "
+                f"--write`: {time.strftime('%Y-%m-%d', time.gmtime())}, repository commit "
+                f"`{repo_head(layout)}`, {printer.fmt_elapsed(seconds)} (builds included)")
+    rows = sorted(old_rows + rows)
+    failures = sorted(old_fail + failures)
+    na = sorted(set(old_na) | set(na))
+    section = "\n".join(
+        [BOOT_HEADING, "",
+         "At every patch whose kernel in the test configuration has XPFO (pgtprot), "
+         f"`./xpfo test`'s attack boot in {BOOT_XPFO_MODE} (and {BOOT_PGT_MODE}), QEMU TCG, "
+         f"{BOOT_CPUS} vCPUs, judged as `./xpfo test` judges it, without the predict step "
+         "(XPFO 27's guarantee). A test a later patch adds fails as missing. The runs:", ""]
+        + runs + [""] + BOOT_HEAD + rows + [""] + failures
+        + (["", NA_LINE + ", ".join(na) + "."] if na else [])) + "\n"
+    if i >= 0:
+        doc = doc.replace(old, section + ("\n" if old.endswith("\n\n") else ""), 1)
     else:
         k = doc.find(SHIPPED_HEADING)
         doc = (doc.rstrip("\n") + "\n\n" + section if k < 0
@@ -440,7 +468,7 @@ def run_check(layout: Layout = LAYOUT, jobs: Optional[int] = None, build_each: b
         printer.raw(btext)
         if write:
             n = len(results)
-            write_boot_doc(btext, first, n if last is None else last,
+            write_boot_doc(results, first, n if last is None else last,
                            time.monotonic() - start, layout)
     elif write:
         write_doc(text, objects, layout)

@@ -126,22 +126,38 @@ def test_boot_table_shows_each_mode_and_what_failed():
     assert "- 2-pgtprot/0002-a.patch, strict+pgt-batched: PGTPROT_WRITE_IMAGE: no result" in text
 
 
+def _at(patch: str, passed: bool) -> series.PatchCheck:
+    r = _booted(passed)
+    return series.PatchCheck(patch, r.commit, True, True, 5.0, 0, 0, 0, [], r.by_config, [],
+                             r.boots)
+
+
 def test_doc_sections_survive_each_other(layout: Layout, monkeypatch):
     monkeypatch.setattr(series, "repo_head", lambda layout: "abc")
     doc = series.doc_path(layout)
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text("# Series check\n\nold table\n\n## The two series\n\nby hand\n\n"
                    f"{series.SHIPPED_HEADING}\n\nshipped\n")
-    series.write_boot_doc("boot table 1", 26, 45, 600.0, layout)
+    series.write_boot_doc([_at("1-xpfo/0026-a.patch", True)], 26, 26, 600.0, layout)
     series.write_doc("new table", True, layout)
-    series.write_boot_doc("boot table 2", 26, 45, 600.0, layout)
+    # a second run: another patch joins, a patch booted again replaces its row
+    series.write_boot_doc([_at("2-pgtprot/0002-b.patch", False),
+                           _at("1-xpfo/0026-a.patch", False)], 26, 31, 600.0, layout)
     text = doc.read_text()
     assert "old table" not in text and "new table" in text and "by hand" in text
-    assert "boot table 1" not in text and "boot table 2" in text
     assert text.index("by hand") < text.index(series.BOOT_HEADING) < text.index(
         series.SHIPPED_HEADING)
     assert text.count(series.BOOT_HEADING) == 1 and "shipped" in text
-    assert "--boot --configs on --from 26 --to 45 --write" in text
+    assert "--from 26 --to 26 --write" in text and "--from 26 --to 31 --write" in text
+    assert "| 1-xpfo/0026-a.patch | passed | FAILED (1) |" in text
+    assert "| 1-xpfo/0026-a.patch | passed | - |" not in text
+    assert "| 2-pgtprot/0002-b.patch | passed | FAILED (1) |" in text
+    assert text.count("- 1-xpfo/0026-a.patch, strict+pgt-batched: PGTPROT_WRITE_IMAGE") == 1
+    # a third write of the same keeps one of everything
+    series.write_boot_doc([_at("1-xpfo/0026-a.patch", False)], 26, 26, 600.0, layout)
+    again = doc.read_text()
+    assert again.count("| 2-pgtprot/0002-b.patch |") == 1
+    assert again.count("| 1-xpfo/0026-a.patch |") == 1
 
 
 def test_boot_needs_the_on_configuration(layout: Layout):
