@@ -94,12 +94,13 @@ def test_kunit_suite(attack_runs, mode):
 CHECKPATCH_ALLOWED = {
     # its Fixes: names an upstream commit; Debian's source has no history
     "1-xpfo/0001": {"UNKNOWN_COMMIT_ID"},
-    "1-xpfo/0003": {"DEPRECATED_API", "CAMELCASE", "OPEN_ENDED_LINE", "PARENTHESIS_ALIGNMENT",
-                    "ARCH_INCLUDE_LINUX"},
-    "1-xpfo/0011": {"DEPRECATED_API"},
-    "1-xpfo/0013": {"DEPRECATED_API", "OBSOLETE"},
-    "1-xpfo/0014": {"OBSOLETE"},
-    "1-xpfo/0020": {"DEPRECATED_API", "USLEEP_RANGE"},
+    "1-xpfo/0003": {"DEPRECATED_API", "CAMELCASE", "ARCH_INCLUDE_LINUX"},
+    # the tracepoint's TRACE_EVENT() layout
+    "1-xpfo/0005": {"OPEN_ENDED_LINE", "PARENTHESIS_ALIGNMENT"},
+    "1-xpfo/0015": {"DEPRECATED_API"},
+    "1-xpfo/0017": {"DEPRECATED_API", "OBSOLETE"},
+    "1-xpfo/0018": {"OBSOLETE"},
+    "1-xpfo/0024": {"DEPRECATED_API", "USLEEP_RANGE"},
     "2-pgtprot/0001": {"SPACING"},
     "2-pgtprot/0002": {"ARCH_INCLUDE_LINUX"},
 }
