@@ -71,9 +71,11 @@ def config_fragment(layout: Layout, name: str) -> Path:
 
 # A feature's Kconfig symbol, the file that defines it, and the symbol the
 # architecture selects to let it be turned on: until the series adds that
-# select (after the conversions the feature needs), CONFIG_XPFO cannot be
-# set, and a kernel built there has the feature off.
-SELECTS = (("XPFO", "mm/Kconfig", "ARCH_SUPPORTS_XPFO"),)
+# select (its last patch but the later features: after the conversions and
+# the tests the feature needs), the feature cannot be set, and a kernel
+# built there has it off.
+SELECTS = (("XPFO", "mm/Kconfig", "ARCH_SUPPORTS_XPFO"),
+           ("PGTPROT", "mm/Kconfig", "ARCH_SUPPORTS_PGTPROT"))
 
 
 def force_selectable(wt: Path) -> List[str]:
@@ -304,9 +306,10 @@ def table(results: List[PatchCheck]) -> str:
     lines.append("")
     if any(r.forced for r in results):
         lines += ["\"forced\": the patch does not let the feature be selected yet (x86 "
-                  "selects it only after the conversions it needs); the on build added "
-                  "the select line, so that the feature's code is compiled at that patch. "
-                  "A kernel built there from the patch alone has the feature off.", ""]
+                  "selects it only after the patches it needs, its tests included); the on "
+                  "build added the select line, so that the feature's code is compiled at "
+                  "that patch. A kernel built there from the patch alone has the feature "
+                  "off.", ""]
     for r in results:
         for m in r.messages:
             lines.append(f"- {r.patch}: {m.split(': ', 1)[-1]}")

@@ -171,3 +171,13 @@ def test_pgtprot_tests_are_told_apart():
     assert series.pgtprot_test("IMAGE_TAIL (strict): 495 pages mapped")
     assert not series.pgtprot_test("XPFO_READ_USER (strict): read the value")
     assert not series.pgtprot_test("KUnit xpfo suite, xpfo=strict: x failed")
+
+
+def test_pgtprot_is_forced_too_until_x86_selects_it(tmp_path: Path):
+    both = "config XPFO\n\tbool\n\nconfig PGTPROT\n\tbool\n"
+    arch = ARCH + "\tselect ARCH_SUPPORTS_XPFO\t\tif X86_64\n"
+    wt = _tree(tmp_path, both, arch)
+    assert series.force_selectable(wt) == ["PGTPROT"]
+    assert "select ARCH_SUPPORTS_PGTPROT" in (wt / "arch/x86/Kconfig").read_text()
+    # a kernel whose pgtprot was forced boots in strict alone
+    assert series.boot_modes("CONFIG_XPFO=y\nCONFIG_PGTPROT=y\n", ["PGTPROT"]) == ["strict"]
