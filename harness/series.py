@@ -1,5 +1,7 @@
 """Check the series patch by patch: each one builds, and checkpatch --strict."""
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -7,7 +9,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from . import build, deps, printer, source
 from .errors import HarnessError
@@ -215,6 +217,31 @@ def check(layout: Layout = LAYOUT, jobs: Optional[int] = None,
     if objects and build_each and not (layout.obj / "vmlinux.o").exists():
         raise HarnessError(f"--objects takes the list of objects from the full build in "
                            f"{layout.obj}, which is not there", "run ./xpfo build first")
+    with worktree_lock(layout):
+        return _check(layout, jobs, build_each, first, last, configs, objects, boot)
+
+
+@contextlib.contextmanager
+def worktree_lock(layout: Layout) -> Iterator[None]:
+    """One series check at a time: two would check out different patches in
+    the same build/series-src under each other's builds."""
+    layout.build.mkdir(parents=True, exist_ok=True)
+    with open(layout.build / ".xpfo-series.lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HarnessError("another ./xpfo series-check is using build/series-src",
+                               "wait for it to end, or stop it (its python process too)"
+                               ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _check(layout: Layout, jobs: Optional[int], build_each: bool, first: int,
+           last: Optional[int], configs: Sequence[str], objects: bool,
+           boot: bool) -> List[PatchCheck]:
     src = source.prepare(layout)
     patches = source.patch_files(layout)
     commits = subprocess.run(["git", "rev-list", "--reverse", f"{source.BASE_TAG}..HEAD"],

@@ -181,3 +181,13 @@ def test_pgtprot_is_forced_too_until_x86_selects_it(tmp_path: Path):
     assert "select ARCH_SUPPORTS_PGTPROT" in (wt / "arch/x86/Kconfig").read_text()
     # a kernel whose pgtprot was forced boots in strict alone
     assert series.boot_modes("CONFIG_XPFO=y\nCONFIG_PGTPROT=y\n", ["PGTPROT"]) == ["strict"]
+
+
+def test_one_series_check_at_a_time(layout: Layout):
+    with series.worktree_lock(layout):
+        with pytest.raises(HarnessError, match="another ./xpfo series-check"):
+            with series.worktree_lock(layout):
+                pass
+    # released: the next one gets it
+    with series.worktree_lock(layout):
+        pass
