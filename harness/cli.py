@@ -329,7 +329,7 @@ def parser() -> argparse.ArgumentParser:
                     help="build the on configuration's whole kernel at each patch and, where "
                          "it has XPFO (pgtprot), run the attack boot in strict (and "
                          "strict+pgt-batched); with --write, into its own section of "
-                         "docs/SERIES.md (21 minutes for XPFO 26-29 on 2 cores: a "
+                         "docs/SERIES.md (21 minutes for v4's XPFO 26-29 on 2 cores: a "
                          "whole-kernel build where a patch changes widely included headers, "
                          "about 45 s a boot)")
     sp.add_argument("--write", action="store_true", help="write docs/SERIES.md")

@@ -54,7 +54,7 @@ CONFIGS = (
                    "CONFIG_MEMORY_HOTREMOVE=y", "CONFIG_MIGRATION=y",
                    "CONFIG_BTRFS_FS=y", "CONFIG_BLK_DEV_ZONED=y", "CONFIG_F2FS_FS=y",
                    "CONFIG_MD=y", "CONFIG_BCACHE=y", "CONFIG_MTD_BLOCK2MTD=y",
-                   # filesystems whose symlinks leave the direct map (XPFO 14)
+                   # filesystems whose symlinks leave the direct map (the symlink patches)
                    "CONFIG_AF_RXRPC=y", "CONFIG_AFS_FS=y", "CONFIG_CRAMFS=y",
                    "CONFIG_VXFS_FS=y", "CONFIG_HFSPLUS_FS=y", "CONFIG_JFS_FS=y",
                    "CONFIG_MINIX_FS=y", "CONFIG_NILFS2_FS=y", "CONFIG_NTFS3_FS=y",
@@ -72,12 +72,12 @@ CONFIGS = (
                    "drivers/gpu/drm/ttm/ttm_pool.o", "drivers/infiniband/sw/rdmavt/mr.o",
                    "drivers/xen/balloon.o", "mm/migrate.o",
                    "mm/memory_hotplug.o", "mm/xpfo.o", "net/core/skbuff.o", "fs/buffer.o",
-                   # readers of the block-device page cache (XPFO 16)
+                   # readers of the block-device page cache (its conversion patch)
                    "block/bdev.o", "block/partitions/core.o", "drivers/scsi/scsicam.o",
                    "fs/btrfs/volumes.o", "fs/btrfs/zoned.o", "fs/btrfs/disk-io.o",
                    "fs/f2fs/super.o", "drivers/md/bcache/super.o",
                    "drivers/mtd/devices/block2mtd.o",
-                   # inode_nohighmem() dropped, pages reached through kmap (XPFO 12-14)
+                   # inode_nohighmem() dropped, pages reached through kmap (the fs patches)
                    "fs/afs/inode.o", "fs/bcachefs/fs.o", "fs/bcachefs/checksum.o",
                    "fs/btrfs/inode.o", "fs/cramfs/inode.o", "fs/erofs/inode.o",
                    "fs/freevxfs/vxfs_inode.o", "fs/freevxfs/vxfs_lookup.o",

@@ -468,7 +468,8 @@ def write_boot_doc(results: List[PatchCheck], first: int, last: int, seconds: fl
          "At every patch whose kernel in the test configuration has XPFO (pgtprot), "
          f"`./xpfo test`'s attack boot in {BOOT_XPFO_MODE} (and {BOOT_PGT_MODE}), QEMU TCG, "
          f"{BOOT_CPUS} vCPUs, judged as `./xpfo test` judges it, without the predict step "
-         "(XPFO 27's guarantee). A test a later patch adds fails as missing. The runs:", ""]
+         "(the random-block patch's guarantee). A test a later patch adds fails as missing. "
+         "The runs:", ""]
         + runs + [""] + BOOT_HEAD + rows + [""] + failures
         + (["", NA_LINE + ", ".join(na) + "."] if na else [])) + "\n"
     if i >= 0:
