@@ -104,7 +104,7 @@ CHECKPATCH_ALLOWED = {
     "1-xpfo/0017": {"DEPRECATED_API"},
     "1-xpfo/0019": {"DEPRECATED_API", "OBSOLETE"},
     "1-xpfo/0020": {"OBSOLETE"},
-    "1-xpfo/0026": {"DEPRECATED_API", "USLEEP_RANGE"},
+    "1-xpfo/0029": {"DEPRECATED_API", "USLEEP_RANGE"},
     "2-pgtprot/0001": {"SPACING"},
     # count_pgtprot_event() drops its item, as count_xpfo_event() does
     "2-pgtprot/0002": {"ARCH_INCLUDE_LINUX", "MACRO_ARG_UNUSED"},
