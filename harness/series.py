@@ -129,11 +129,13 @@ def boot_patch(obj: Path, forced: Sequence[str], label: str) -> Dict[str, dict]:
     """The attack boots of the kernel built in @obj: `./xpfo test`'s attack
     boot (lkdtm, ret2dir, KUnit, the audits) less the predict step, whose
     reuse counts belong to a later patch of the series. In a tree without
-    the pgtprot series (no PGTPROT symbol in its .config) the failures of
+    the pgtprot series (no PGTPROT symbol in its .config), or where pgtprot
+    was only forced on (its tests may not be there yet), the failures of
     pgtprot's own tests are set apart as "n/a", not counted."""
     from . import attack_runs  # the boot machinery, only for --boot
     config = (obj / ".config").read_text()
-    pgtprot_tree = re.search(r"^(# )?CONFIG_PGTPROT[= ]", config, re.M) is not None
+    pgtprot_tree = (re.search(r"^(# )?CONFIG_PGTPROT[= ]", config, re.M) is not None
+                    and "PGTPROT" not in forced)
     out: Dict[str, dict] = {}
     for mode in boot_modes(config, forced):
         start = time.monotonic()
@@ -422,8 +424,8 @@ def boot_rows(results: List[PatchCheck]) -> "tuple[List[str], List[str], List[st
 
 
 BOOT_HEAD = [f"| patch | {BOOT_XPFO_MODE} | {BOOT_PGT_MODE} | boot time |", "|---|---|---|---|"]
-NA_LINE = ("Not counted where the tree has no pgtprot series (its tests, which fail there "
-           "as missing): ")
+NA_LINE = ("Not counted where the tree has no pgtprot series or pgtprot was only forced on "
+           "(its tests, which may be missing there): ")
 
 
 def boot_table(results: List[PatchCheck]) -> str:
