@@ -33,7 +33,8 @@ def steps(cpus: int, disk: bool = True) -> List[str]:
     its page-cache variant is judged n/a)."""
     first, last = attacks.PGT_AUDIT_LABELS
     return ["info", attacks.pgt_audit_step(first), *(["disk"] if disk else []), "symlink",
-            *attacks.lkdtm_steps(cpus, disk), attacks.RET2DIR_STEP, *judge.GLOBAL_STEPS, "vmstat",
+            *attacks.lkdtm_steps(cpus, disk), attacks.RET2DIR_STEP, attacks.coverage_step(disk),
+            *judge.GLOBAL_STEPS, "vmstat",
             attacks.pgt_audit_step(last)]
 
 
@@ -123,7 +124,7 @@ def judge_log(con: Console, mode: str, cpus: int, machine: str = machines.DEFAUL
 # the table's rows in the catalogue's order; others after them
 TEST_ORDER = ([a.name for a in attacks.LKDTM_ATTACKS + attacks.PGTPROT_ATTACKS]
               + [attacks.pgt_audit_test(label) for label in attacks.PGT_AUDIT_LABELS]
-              + [attacks.IMAGE_TAIL, "ret2dir"]
+              + [attacks.IMAGE_TAIL, attacks.COVERAGE, "ret2dir"]
               + [f"ret2dir[{v}]" for v in attacks.RET2DIR_VARIANTS] + ["ret2dir[oopses]"])
 RECOMMENDED_MARK = "recommended"
 REFUSED_MARK = "pgtprot refused"

@@ -205,7 +205,7 @@ def _delta(after: Dict[str, int], before: Dict[str, int]) -> Dict[str, int]:
     return {k: after[k] - before.get(k, 0) for k in after}
 
 
-DEFERRED_MODES = ("deferred", "batch")
+DEFERRED_MODES = ("deferred", "batched")
 
 
 def steps_for(req: BenchRequest, cpus: int, mode: str = "") -> List[str]:
@@ -416,7 +416,8 @@ def from_logs(logs: Sequence[Path], req: BenchRequest, meta: Dict[str, object]) 
         m = _LABEL.search(log.name)
         if not m:
             continue
-        key = (m.group("mode"), int(m.group("cpus")), int(m.group("round")))
+        # logs of runs before the rename name batched "batch"
+        key = (modes.canonical(m.group("mode")), int(m.group("cpus")), int(m.group("round")))
         boots.setdefault(key, {})[bool(m.group("retry"))] = log
     retries = []
     for (mode, cpus, rnd), pair in sorted(boots.items(), key=lambda kv: (kv[0][2], kv[0][1],
@@ -433,7 +434,8 @@ def from_logs(logs: Sequence[Path], req: BenchRequest, meta: Dict[str, object]) 
             run = _parse_log(pair.get(True) or pair[False])
         collect(run, req, mode, cpus, rnd, data)
     seen = list(boots)
-    data.meta["modes"] = [m for m in req.modes if any(s[0] == m for s in seen)]
+    data.meta["modes"] = [modes.canonical(m) for m in req.modes
+                          if any(s[0] == modes.canonical(m) for s in seen)]
     cpus_seen = sorted({s[1] for s in seen})
     data.meta["cpus"] = cpus_seen
     data.meta["rounds"] = len({s[2] for s in seen})

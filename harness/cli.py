@@ -226,7 +226,7 @@ def parser() -> argparse.ArgumentParser:
                     help="build the base without the series (benchmark reference)")
     sp = add("boot", cmd_boot, "boot the kernel; a shell on the console, or run steps")
     guest_opts(sp)
-    sp.add_argument("--mode", choices=modes.ALL_MODES,
+    sp.add_argument("--mode", type=modes.canonical, choices=modes.ALL_MODES,
                     help="xpfo= (and pgtprot=) boot parameters: " + ", ".join(modes.ALL_MODES))
     sp.add_argument("--param", action="append", help="extra kernel parameter (repeatable)")
     sp.add_argument("--machine", default=machines.DEFAULT, metavar="KIND",
@@ -236,19 +236,20 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("steps", nargs="*", help="guest steps, e.g. info lkdtm:XPFO_READ_USER")
     sp = add("test", cmd_test, "attack tests (both sides), KUnit, in every mode")
     guest_opts(sp)
-    sp.add_argument("--modes", nargs="+", choices=modes.ALL_MODES,
+    sp.add_argument("--modes", nargs="+", type=modes.canonical, choices=modes.ALL_MODES,
                     default=list(attack_runs.TEST_MODES))
     sp.add_argument("--machines", "--machine", nargs="+", default=[machines.DEFAULT],
                     metavar="KIND", help=_machine_help + "; each mode runs on each")
     sp = add("stress", cmd_stress, "stress the kernel in one mode (fork, THP, reclaim, ...)")
     guest_opts(sp, cpus=4)
-    sp.add_argument("--mode", choices=modes.ALL_MODES, default="sync")
+    sp.add_argument("--mode", type=modes.canonical, choices=modes.ALL_MODES, default="sync")
     sp.add_argument("--seconds", type=positive, default=300)
     sp.add_argument("--machine", default=machines.DEFAULT, metavar="KIND",
                     help="a QEMU machine kind (qemu, qemu-pti): the step needs the disk")
     sp = add("bench", cmd_bench, "side-by-side benchmark of the modes, tables and plots")
     sp.add_argument("--modes", nargs="+",
-                    choices=bench.ALL_MODES, default=list(bench.DEFAULT_MODES),
+                    type=modes.canonical, choices=bench.ALL_MODES,
+                    default=list(bench.DEFAULT_MODES),
                     help="'vanilla' is the same configuration built without the series; "
                     "the pgt- modes add pgtprot= (pgt-eager: a protection-key switch pair "
                     "per page-table store, to compare with pgt-batched's pair per section); "
@@ -296,7 +297,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--jobs", type=positive, default=None)
     sp = add("selftests", cmd_selftests,
              "upstream's mm selftests in each mode, compared with xpfo=off")
-    sp.add_argument("--modes", nargs="+", choices=modes.ALL_MODES,
+    sp.add_argument("--modes", nargs="+", type=modes.canonical, choices=modes.ALL_MODES,
                     default=list(modes.XPFO_MODES))
     sp.add_argument("--cpus", type=positive, default=1, help="vCPUs (-smp)")
     sp.add_argument("--kernel", help="boot this bzImage as it is (no ensure_kernel)")
@@ -345,7 +346,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--write", action="store_true", help="record the table in docs/SERIES.md")
     sp = add("parse", cmd_parse, "re-parse a saved console log")
     sp.add_argument("log")
-    sp.add_argument("--mode", choices=modes.ALL_MODES,
+    sp.add_argument("--mode", type=modes.canonical, choices=modes.ALL_MODES,
                     help="also judge the attack tests for this mode")
     sp.add_argument("--cpus", type=positive, default=2)
     sp.add_argument("--machine", default=machines.DEFAULT, metavar="KIND",

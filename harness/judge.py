@@ -118,10 +118,10 @@ def bench_boot(run: qemu.Run) -> Verdict:
 # cases that need another mode, which skip themselves; with xpfo=off every
 # case skips itself (it must not pass vacuously).
 KUNIT_SUITE = "xpfo"
-KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batch",),
+KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batched",),
                    "xpfo_test_strict_free_to_tail": ("strict",),
                    "xpfo_test_strict_large_reuse": ("strict",),
-                   "xpfo_test_never_user": ("batch", "strict"),
+                   "xpfo_test_never_user": ("batched", "strict"),
                    "xpfo_test_zeroed_batch": ("strict",),
                    "xpfo_test_zeroed_gfp_zero": ("strict",),
                    "xpfo_test_strict_hot_reuse": ("strict",),

@@ -13,7 +13,10 @@ from typing import List, Tuple
 
 from .errors import HarnessError
 
-XPFO_MODES = ("off", "sync", "deferred", "batch", "strict")
+XPFO_MODES = ("off", "sync", "deferred", "batched", "strict")
+# earlier names the commands still take: xpfo=batch was renamed batched, as
+# pgtprot's mode is named (the kernel takes both)
+ALIASES = {"batch": "batched"}
 PGT_MODES = ("off", "eager", "batched")
 # pgtprot modes the commands offer, alone and combined with strict XPFO;
 # eager (a protection-key switch pair per store) is what batched (a pair per
@@ -30,10 +33,15 @@ ALL_MODES = XPFO_MODES + PGT_RUN_MODES + DMAP_RUN_MODES
 RECOMMENDED = "strict+pgt-batched"
 
 
+def canonical(mode: str) -> str:
+    """The mode under its current name: ``batch+nonglobal`` -> ``batched+nonglobal``."""
+    return "+".join(ALIASES.get(part, part) for part in mode.split("+"))
+
+
 def _parts(mode: str) -> Tuple[str, str, str]:
     xpfo, pgt, dmap = "off", "off", "global"
     seen_xpfo = False
-    for part in mode.split("+"):
+    for part in canonical(mode).split("+"):
         if part.startswith("pgt-") and part[4:] in PGT_MODES[1:] and pgt == "off":
             pgt = part[4:]
         elif part in XPFO_MODES and not seen_xpfo:

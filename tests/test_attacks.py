@@ -1,5 +1,6 @@
 """Both sides of an attack test: the judge must be able to fail."""
 
+import json
 import re
 
 from conftest import DATA
@@ -111,3 +112,51 @@ def test_block_device_page_cache_is_covered_now():
     con = console.parse(text.splitlines())
     v = attacks.judge_read(con, "lkdtm:XPFO_READ_BDEV", "XPFO_READ_BDEV", "strict")
     assert not v.passed and "NOT STOPPED" in v.detail
+
+
+def _coverage(counts: dict, ended: bool = True, disk: bool = True) -> console.Console:
+    name = attacks.coverage_step(disk)
+    body = {"file": int(disk), "packet": 0, "io_uring": 1}
+    body.update(counts)
+    lines = ["KTAP version 1", "1..1", f"# XH-STEP-BEGIN {name}",
+             f"XH-RESULT {name} {json.dumps({'coverage': body})}"]
+    if ended:
+        lines += [f"ok 1 {name}", "# XH-DONE"]
+    return console.parse(lines)
+
+
+def _counts(owned_share: float, **missed: int) -> dict:
+    mapped = {"anon": 1357, "ksm": 0, "shmem": 688, "file": 64, "other": 3}
+    out = {}
+    for k, n in mapped.items():
+        out[f"umapped_{k}"] = n
+        own = 0 if k == "other" else int(n * owned_share) - missed.get(k, 0)
+        out[f"umapped_{k}_owned"] = own
+    return out
+
+
+def test_coverage_needs_every_frame_of_the_gfp_kinds_owned_and_none_with_xpfo_off():
+    v = attacks.judge_coverage(_coverage(_counts(1.0)), "strict")
+    assert v.passed and "anon 1357/1357" in v.detail and "other 0/3" in v.detail, v.detail
+    v = attacks.judge_coverage(_coverage(_counts(1.0, anon=2)), "sync")
+    assert not v.passed and "NOT COVERED: anon 2" in v.detail, v.detail
+    v = attacks.judge_coverage(_coverage(_counts(0.0)), "off")
+    assert v.passed and "all 2112 user-mapped frames" in v.detail, v.detail
+    # the other side: frames owned with XPFO off, or none owned with it on
+    assert not attacks.judge_coverage(_coverage(_counts(1.0)), "off").passed
+    assert not attacks.judge_coverage(_coverage(_counts(0.0)), "strict+pgt-batched").passed
+
+
+def test_coverage_fails_without_its_workload_or_the_audit():
+    counts = _counts(1.0)
+    counts["umapped_shmem"] = counts["umapped_shmem_owned"] = 0
+    v = attacks.judge_coverage(_coverage(counts), "strict")
+    assert not v.passed and "shmem" in v.detail
+    v = attacks.judge_coverage(_coverage(_counts(1.0), ended=False), "strict")
+    assert not v.passed and "did not run to its end" in v.detail
+    v = attacks.judge_coverage(_coverage({}), "strict")
+    assert not v.passed and "CONFIG_XPFO_DEBUG" in v.detail
+    # without a disk there is no file to map, and none is asked for
+    counts = _counts(1.0)
+    counts["umapped_file"] = counts["umapped_file_owned"] = 0
+    assert attacks.judge_coverage(_coverage(counts, disk=False), "strict", disk=False).passed

@@ -1,4 +1,4 @@
-"""XPFO_READ_FREED and XPFO_SMP on real captured logs (sync and batch, 2 vCPUs)."""
+"""XPFO_READ_FREED and XPFO_SMP on real captured logs (sync and batched, 2 vCPUs)."""
 
 from harness import attacks, console
 from conftest import DATA
@@ -36,12 +36,12 @@ def test_a_nonzero_read_without_the_cleared_line_is_not_stopped():
 
 
 def test_batch_keeps_the_freed_frame_unmapped():
-    v = _judge(_text("attacks_batch_2cpu.log"), "batch")
+    v = _judge(_text("attacks_batch_2cpu.log"), "batched")
     assert v.passed and "XPFO oops" in v.detail, v.detail
 
 
 def test_smp_in_batch_is_a_by_design_window():
-    v = _judge(_text("attacks_batch_2cpu.log"), "batch", "XPFO_SMP")
+    v = _judge(_text("attacks_batch_2cpu.log"), "batched", "XPFO_SMP")
     assert v.passed and v.detail.startswith(("XFAIL", "XPASS")), v.detail
     # the same read in sync mode would be a failure
     v = _judge(_text("attacks_batch_2cpu.log"), "sync", "XPFO_SMP")

@@ -125,7 +125,7 @@ def test_window_result_is_collected_and_reported():
 def test_event_counts_are_normalised_by_user_pages_handed_out():
     s = {"user_pages": 0, "counters": {"xpfo_user_pages": 4000, "xpfo_unmap": 100,
                                        "xpfo_skip_atomic": 0}}
-    # batch mode reuses unmapped frames: the unmaps are not the denominator
+    # batched mode reuses unmapped frames: the unmaps are not the denominator
     assert report.user_pages(s) == 4000
     # the workload's own figure comes first, in every mode alike
     assert report.user_pages(dict(s, user_pages=2048)) == 2048

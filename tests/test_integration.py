@@ -24,13 +24,13 @@ from harness.paths import LAYOUT
 pytestmark = pytest.mark.integration
 
 STRESS_SECONDS = int(os.environ.get("XPFO_STRESS_SECONDS", "60"))
-# the stress boot's modes, and those of the default run: batch, whose
+# the stress boot's modes, and those of the default run: batched, whose
 # offline path maps kept frames back (what the hotplug step was written to
 # catch), and the recommended configuration (strict's IPIs, quiet CPUs and
 # frames cleared ahead, pgtprot's batched windows); the other six, about
 # 75 s each, with --full (docs/TESTING.md)
 STRESS_MODES = modes.XPFO_MODES + modes.PGT_RUN_MODES
-STRESS_DEFAULT = ("batch", modes.RECOMMENDED)
+STRESS_DEFAULT = ("batched", modes.RECOMMENDED)
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +75,7 @@ def test_attacks_both_sides(attack_runs, mode):
 @pytest.mark.parametrize("mode", list(boots.TEST_MODES))
 def test_kunit_suite(attack_runs, mode):
     # judge.kunit: every case reported; with XPFO on all pass but the
-    # batch-only case outside batch, with XPFO off all skip; the same for
+    # batched-only case outside batched, with XPFO off all skip; the same for
     # the pgtprot suite on the mode's pgtprot part
     run = attack_runs[mode]
     assert run["kunit"]["pass"] + run["kunit"]["skip"] > 0, run["kunit"]
@@ -169,12 +169,24 @@ def test_unknown_mode_warns_and_stays_off(kernel):
     assert v.passed, v.reasons
     assert r.console.steps["info"].results[0]["xpfo_mode"] == "off"
     assert r.console.steps["info"].results[0]["pgtprot_mode"] == "off"
-    assert any("xpfo: unknown mode 'bogus' (accepted: off, sync, deferred, batch, strict)" in x
+    assert any("xpfo: unknown mode 'bogus' (accepted: off, sync, deferred, batched, strict)" in x
                for x in r.console.lines)
     assert any("pgtprot: unknown mode 'bogus' (accepted: off, eager, batched)" in x
                for x in r.console.lines)
     assert any("xpfo: xpfo_dmap=bogus: unknown, use global or nonglobal; keeping global" in x
                for x in r.console.lines)
+
+
+@pytest.mark.boots("old-mode-name")
+def test_the_former_name_of_batched_is_taken(kernel):
+    """xpfo=batch, the name of batched before series v6, boots batched."""
+    req = guest.GuestRequest(steps=["info"], cpus=1, mem_mb=512, params=["xpfo=batch"],
+                             timeout=300, label="old-mode-name")
+    r = guest.run(req)
+    v = judge.boot(r)
+    assert v.passed, v.reasons
+    assert r.console.steps["info"].results[0]["xpfo_mode"] == "batched"
+    assert any("xpfo: mode batched" in x for x in r.console.lines)
 
 
 def _kmapsites(mode: str) -> dict:
@@ -258,13 +270,13 @@ def test_stress_smp4(kernel, run_mode):
     if mode == "strict":
         # frames userspace freed in batches, and refills for faults, were
         # cleared ahead, and user faults got them without a clear of their
-        # own; batch clears on allocation
+        # own; batched clears on allocation
         assert c["xpfo_zeroed"] > 0 and c["xpfo_zeroed_used"] > 0, c
     else:
         assert c.get("xpfo_zeroed", 0) == 0, c
-    if mode in ("deferred", "batch"):
+    if mode in ("deferred", "batched"):
         assert c["xpfo_deferred_flush"] > 0
-    if mode in ("batch", "strict"):
+    if mode in ("batched", "strict"):
         assert c["xpfo_batch_preflushed"] > 0
         # freed user frames stay unmapped and most reuse needs no unmap
         assert c["xpfo_batch_kept"] > 0
@@ -278,7 +290,7 @@ def test_stress_smp4(kernel, run_mode):
             # every frame that went back to the direct map was cleared first
             assert c.get("xpfo_clear", 0) >= c["xpfo_remap"], c
         else:
-            # batch and strict map back without a clear the kernel frames a
+            # batched and strict map back without a clear the kernel frames a
             # list refill unmapped, which never held user data (patch 51;
             # KUnit xpfo_test_never_user shows a user's frame is cleared):
             # some clears, and no more of them than frames mapped back
@@ -303,15 +315,15 @@ def test_stress_smp4(kernel, run_mode):
     assert set(res["audits"]) == {"stress", "hotplug"}, res["audits"]
     assert all(a is not None and a["frames"] > 0 for a in res["audits"].values())
     assert res["hotplug"]["cycled"] >= 1, res["hotplug"]
-    if mode in ("batch", "strict"):
-        # the offlined blocks held freed user frames that batch mode kept
+    if mode in ("batched", "strict"):
+        # the offlined blocks held freed user frames that batched mode kept
         assert res["hotplug"]["mapped_back"] > 0, res["hotplug"]
     else:
         assert res["hotplug"]["mapped_back"] == 0, res["hotplug"]
     # kept_counted: free frames kept unmapped, found on the free lists too
     # (the two agree within judge.KEPT_SLACK, judged in res["status"])
     for label, a in res["audits"].items():
-        if mode in ("batch", "strict"):
+        if mode in ("batched", "strict"):
             assert a["kept"] > 0 and a["kept_counted"] > 0, (label, a)
         else:
             assert a["kept"] == 0 and a["kept_counted"] == 0, (label, a)

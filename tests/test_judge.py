@@ -78,10 +78,10 @@ def test_step_exit_status_and_unreadable_results_fail():
 
 
 def test_kunit_in_a_protecting_mode():
-    ok = console.parse(_ktap("ok 1 a", "ok 2 xpfo_test_batch_reuse # SKIP needs xpfo=batch"))
+    ok = console.parse(_ktap("ok 1 a", "ok 2 xpfo_test_batch_reuse # SKIP needs xpfo=batched"))
     assert judge.kunit(ok, "sync").passed
-    # the batch-only case must run in batch mode
-    assert not judge.kunit(ok, "batch").passed
+    # the batched-only case must run in batched mode
+    assert not judge.kunit(ok, "batched").passed
     failed = console.parse(_ktap("not ok 1 a", "ok 2 b"))
     assert "a failed" in judge.kunit(failed, "deferred").reasons[0]
     assert not judge.kunit(console.parse(_ktap("ok 1 a # SKIP off")), "sync").passed
@@ -130,7 +130,7 @@ def test_kunit_that_did_not_run_or_stopped_early_fails():
 def test_kunit_counts_only_the_xpfo_suite():
     con = console.parse((DATA / "ktap_kunit.log").read_text().splitlines())
     assert judge.kunit_counts(con) == {"pass": 14, "fail": 0, "skip": 1}
-    assert judge.kunit(con, "sync").passed and not judge.kunit(con, "batch").passed
+    assert judge.kunit(con, "sync").passed and not judge.kunit(con, "batched").passed
 
 
 def test_attack_run_judges_attacks_kunit_and_the_boot_together():
@@ -273,9 +273,9 @@ def test_cmd_demo_fails_on_kunit_and_on_benchmark_failures(monkeypatch, capsys):
     assert cli.main(["demo"]) == 0
     # every XPFO mode, then the recommended configuration, in the attack
     # boots and in the quick benchmark
-    assert booted == ["xpfo=off", "xpfo=sync", "xpfo=deferred", "xpfo=batch", "xpfo=strict",
+    assert booted == ["xpfo=off", "xpfo=sync", "xpfo=deferred", "xpfo=batched", "xpfo=strict",
                       "xpfo=strict pgtprot=batched"]
-    assert benched == [["off", "sync", "deferred", "batch", "strict", "strict+pgt-batched"]]
+    assert benched == [["off", "sync", "deferred", "batched", "strict", "strict+pgt-batched"]]
     out = capsys.readouterr().out
     assert "| xpfo=strict | xpfo=strict pgtprot=batched (recommended) |" in out
     for stage in ("build", "attack boots", "bench"):

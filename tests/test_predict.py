@@ -48,7 +48,7 @@ def test_off_must_show_the_reuse_it_measures():
     v = attacks.judge_predict(_con(_result(1000, 1000, 0, 200)), "off")
     assert [x.test for x in v if not x.passed] == ["PREDICT[2M]"]
     # 64K with XPFO off: reported (a freed mTHP folio can sit in an LRU
-    # batch past the next fault: 0 of 1000 seen once)
+    # batched past the next fault: 0 of 1000 seen once)
     v = attacks.judge_predict(_con(_result(1000, 0, 200, 200)), "off")
     assert all(x.passed for x in v) and "reported" in v[1].detail
     # the other mTHP sizes are reported, not judged, with XPFO off
@@ -71,4 +71,4 @@ def test_too_few_large_folios_or_no_report_fails():
 def test_predict_runs_in_off_and_strict_only():
     assert attacks.predict_runs("off") and attacks.predict_runs("strict")
     assert attacks.predict_runs("strict+pgt-batched")
-    assert not attacks.predict_runs("sync") and not attacks.predict_runs("batch")
+    assert not attacks.predict_runs("sync") and not attacks.predict_runs("batched")
