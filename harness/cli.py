@@ -154,7 +154,7 @@ def cmd_series_lint(args: argparse.Namespace) -> int:
     if new:
         printer.raw(f"\nnot in {known}:\n" + serieslint.table(new))
     printer.info("series-lint", f"{len(findings)} findings, {len(new)} not in {known}")
-    return 1 if new else 0
+    return 1 if new or gone else 0
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
