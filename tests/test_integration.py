@@ -100,10 +100,10 @@ CHECKPATCH_ALLOWED = {
     # EXPORT_SYMBOL: checkpatch does not take the DEFINE_STATIC_KEY_FALSE()
     # on the line above the export for the symbol's definition
     "1-xpfo/0010": {"DEPRECATED_API", "CAMELCASE", "EXPORT_SYMBOL"},
-    "1-xpfo/0014": {"ARCH_INCLUDE_LINUX"},
+    "1-xpfo/0017": {"ARCH_INCLUDE_LINUX"},
     # the tracepoint's TRACE_EVENT() layout; count_xpfo_event() drops its
     # item, which exists with CONFIG_XPFO_DEBUG only (as count_vm_tlb_event())
-    "1-xpfo/0016": {"OPEN_ENDED_LINE", "PARENTHESIS_ALIGNMENT", "MACRO_ARG_UNUSED"},
+    "1-xpfo/0019": {"OPEN_ENDED_LINE", "PARENTHESIS_ALIGNMENT", "MACRO_ARG_UNUSED"},
     "1-xpfo/0032": {"DEPRECATED_API", "USLEEP_RANGE"},
     "2-pgtprot/0001": {"SPACING"},
     # count_pgtprot_event() drops its item, as count_xpfo_event() does
