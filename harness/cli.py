@@ -173,6 +173,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     deps.ensure(quiet=True)  # the unit tests use cpio, tar/xz, git and perl too
+    # the Bochs machines' tests, the host-side ones with a fake Bochs included,
+    # run under a private Xvfb: install them before pytest, not at a first boot
+    deps.ensure(quiet=True, packages=deps.BOCHS_PACKAGES)
     cmd = [sys.executable, "-m", "pytest", "-v", "-rs", str(LAYOUT.root / "tests"),
            *args.pytest_args]
     printer.command(cmd)

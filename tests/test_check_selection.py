@@ -130,3 +130,17 @@ def test_full_is_in_the_help_of_check():
 def test_not_integration_leaves_out_what_full_adds(tmp_path):
     tests = _collect(tmp_path / "host.json", "--full", "-m", "not integration")
     assert tests and not any(t["integration"] for t in tests)
+
+
+def test_check_installs_what_the_bochs_tests_run_under_before_pytest(monkeypatch):
+    # the host-side Bochs tests drive a fake Bochs under a real Xvfb: on a
+    # fresh machine `./xpfo check` must install the Bochs packages before
+    # pytest starts, not leave them to the first Bochs boot
+    from harness import cli, deps
+    ensured, ran = [], []
+    monkeypatch.setattr(deps, "ensure",
+                        lambda quiet=False, packages=deps.PACKAGES: ensured.append(packages))
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, cwd=None: ran.append(cmd) or 0)
+    assert cli.main(["check", "-m", "not integration"]) == 0
+    assert deps.PACKAGES in ensured and deps.BOCHS_PACKAGES in ensured
+    assert len(ran) == 1 and "pytest" in ran[0]
