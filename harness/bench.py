@@ -58,6 +58,8 @@ POLICY = {
     "build_elapsed": "as build_sys",
     "page_fault": "4K: MADV_NOHUGEPAGE; checked: page faults >= pages",
     "page_fault_thp": "THP: 2 MiB-aligned, MADV_HUGEPAGE; checked: THP faults >= pages/512",
+    "page_fault_warm": "as page_fault, after one untimed pass of the same processes: frames "
+                       "userspace had before; checked: page faults >= pages",
     "page_fault_shared": "4K: tmpfs file (huge=never), MAP_SHARED, MADV_NOHUGEPAGE; "
                          "checked: page faults >= pages",
     "fork": "4K: MADV_NOHUGEPAGE; checked at set-up: page faults >= pages",
@@ -88,6 +90,7 @@ def _workloads(mb: int, fork_mb: int) -> List[Workload]:
         Workload("build:{cpus}", BUILD_REPORTS),
         Workload(f"sh:xbench:page_fault:{mb}:{{cpus}}", ("page_fault",)),
         Workload(f"sh:xbench:page_fault_thp:{mb}:{{cpus}}", ("page_fault_thp",)),
+        Workload(f"sh:xbench:page_fault_warm:{mb}:{{cpus}}", ("page_fault_warm",)),
         Workload(f"sh:xbench:page_fault_shared:{mb}:{{cpus}}", ("page_fault_shared",)),
         Workload(f"sh:xbench:fork:{fork_mb}", ("fork",)),
         Workload(f"sh:xbench:fork_thp:{fork_mb}", ("fork_thp",)),

@@ -566,7 +566,7 @@ def _zeroed_targets(data, idx, cpus_list, ratio, row) -> None:
     every = sorted(set(data.meta.get("cpus", [])))
     if 2 in every and max(every) > 2:
         hi = max(every)
-        for w in ("page_fault", "fork", "exec", "mmap"):
+        for w in ("page_fault", "page_fault_warm", "fork", "exec", "mmap"):
             two, top = (_ipis_per_1k(idx, w, c, "strict") for c in (2, hi))
             if two is not None and top is not None:
                 row(f"{w}, strict: flush IPIs per 1000 user pages at {hi} vCPUs <= at 2",

@@ -231,6 +231,20 @@ static void page_fault(const char *name, size_t mb, int procs, int thp)
 	report(name, pages / t, "pages/s", "higher", t, pages, thp ? "thp" : "4k", &chk, &d);
 }
 
+/*
+ * page_fault after one untimed pass of the same processes over the same
+ * sizes: the frames the timed part faults in have mostly been userspace's
+ * before, as on a system that has been running, rather than fresh from the
+ * kernel as the first user faults after boot get them.
+ */
+static void page_fault_warm(size_t mb, int procs)
+{
+	struct vm d;
+
+	timed_procs(procs, page_fault_child, mb << 20, 1, 0, &d);
+	page_fault("page_fault_warm", mb, procs, 0);
+}
+
 static void page_fault_shared_child(int i, size_t len, int rounds, int thp)
 {
 	char path[64];
@@ -958,6 +972,8 @@ int main(int argc, char **argv)
 		page_fault(w, mb, procs, 0);
 	else if (!strcmp(w, "page_fault_thp"))
 		page_fault(w, mb, procs, 1);
+	else if (!strcmp(w, "page_fault_warm"))
+		page_fault_warm(mb, procs);
 	else if (!strcmp(w, "page_fault_shared"))
 		page_fault_shared(mb, procs);
 	else if (!strcmp(w, "fork"))
@@ -991,7 +1007,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(w, "hugetlb_cow"))
 		hugetlb_cow(mb);
 	else {
-		fprintf(stderr, "usage: xbench build JOBS | page_fault|page_fault_thp|page_fault_shared|fork|fork_thp|"
+		fprintf(stderr, "usage: xbench build JOBS | page_fault|page_fault_thp|page_fault_warm|page_fault_shared|fork|fork_thp|"
 			"fork_pte_thp|munmap_pte|munmap_pte_thp|mmap|file|disk_read|exec|lseek|pread1|pwrite1|\n"
 			"hugetlb_cow|file_huge [MB] [PROCS] | meta [THOUSANDS]\n");
 		return 2;
