@@ -33,6 +33,9 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             # what clearing freed user frames before their alias is back costs;
             # a kept frame that never held user data is mapped back uncleared
             ("xpfo_clear", "cleared before remap"), ("xpfo_remap", "mapped back"),
+            # zeroed kernel allocations of frames XPFO had cleared (on their
+            # way back or ahead of a fault): no second clear
+            ("xpfo_clear_spared", "zeroed, no 2nd clear"),
             # strict: user frames cleared ahead of their fault, in batches, and
             # the user faults that got one and skipped their clear
             ("xpfo_zeroed", "cleared ahead"),
@@ -546,6 +549,12 @@ def _zeroed_targets(data, idx, cpus_list, ratio, row) -> None:
             all(r is not None and r <= 1.00 for r in rs.values()),
             ", ".join(f"{r:.3f}x at {c}" if r is not None else f"failed at {c}"
                       for c, r in rs.items()))
+    for c in cpus_list:
+        # the page faults alone: mmap's map and touch, without its unmap
+        r = ratio("mmap", c, "strict")
+        if r is not None:
+            row(f"page faults alone (mmap's map and touch), strict, {c} vCPUs: "
+                "<= 1.00x of off", r <= 1.00, f"{r:.3f}x")
     for c in cpus_list:
         # mmap reports the map and touch, munmap the unmap of the same range
         v = [_value(idx, w, c, m) for m in ("off", "strict") for w in ("mmap", "munmap")]
