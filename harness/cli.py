@@ -80,7 +80,8 @@ def cmd_test(args: argparse.Namespace) -> int:
 def cmd_stress(args: argparse.Namespace) -> int:
     guest.check_disk_machine(args.machine, "the stress step and its memory hotplug")
     build.ensure_kernel(args.jobs)
-    res = stress.run_and_record(args.mode, args.cpus, args.seconds, args.mem, args.machine)
+    res = stress.run_and_record(args.mode, args.cpus, args.seconds, args.mem, args.machine,
+                                extra=args.param or ())
     return 0 if res["passed"] else 1
 
 
@@ -249,6 +250,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--seconds", type=positive, default=300)
     sp.add_argument("--machine", default=machines.DEFAULT, metavar="KIND",
                     help="a QEMU machine kind (qemu, qemu-pti): the step needs the disk")
+    sp.add_argument("--param", action="append",
+                    help="extra kernel parameter (repeatable), e.g. page_poison=1")
     sp = add("bench", cmd_bench, "side-by-side benchmark of the modes, tables and plots")
     sp.add_argument("--modes", nargs="+",
                     type=modes.canonical, choices=bench.ALL_MODES,

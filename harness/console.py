@@ -51,6 +51,8 @@ INCIDENT_PATTERNS = [
     ("hung-task", re.compile(r"INFO: task .* blocked for more than")),
     # slab's kmalloc_fix_flags(): a dump_stack() with no WARNING: header
     ("bad-gfp", re.compile(r"Unexpected gfp: ")),
+    # page poisoning's check at allocation (mm/page_poison.c): a dump_stack()
+    ("page-poison", re.compile(r"pagealloc: (memory corruption|single bit error)")),
 ]
 _END_TRACE = re.compile(r"---\[ end (trace|Kernel panic)")
 _TRACE_MAX = 60

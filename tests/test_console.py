@@ -46,13 +46,15 @@ def test_every_kind_of_kernel_report_is_caught():
              "UBSAN: array-index-out-of-bounds in x.c:3:4",
              "rcu: INFO: rcu_preempt self-detected stall on CPU",
              "INFO: task sh:12 blocked for more than 120 seconds.",
-             "[   46.600057] Unexpected gfp: 0x2 (__GFP_HIGHMEM). Fixing up to gfp: 0x508d48"]
+             "[   46.600057] Unexpected gfp: 0x2 (__GFP_HIGHMEM). Fixing up to gfp: 0x508d48",
+             "[   61.020345] pagealloc: memory corruption"]
     con = console.Parser()
     for line in lines:
         con.feed(line)
         con.feed("---[ end trace 0000000000000000 ]---")
     kinds = [i.kind for i in con.console.incidents]
-    assert kinds == ["warning", "gpf", "bug", "ubsan", "rcu-stall", "hung-task", "bad-gfp"]
+    assert kinds == ["warning", "gpf", "bug", "ubsan", "rcu-stall", "hung-task", "bad-gfp",
+                     "page-poison"]
 
 
 def test_ktap_cases_and_skips():

@@ -330,6 +330,30 @@ def test_stress_smp4(kernel, run_mode):
             assert a["kept"] == 0 and a["kept_counted"] == 0, (label, a)
 
 
+@pytest.mark.boots("stress", modes=("strict",), cpus=2)
+def test_page_poisoning_finds_its_pattern_in_frames_xpfo_kept(kernel):
+    # page_poison=1 writes a pattern over every frame freed and checks it
+    # when the frame is allocated again. A frame userspace freed is written
+    # through kmap while strict keeps it out of the direct map; a kernel
+    # allocation that takes it back must find the pattern there, not zeros
+    # of a clear of XPFO's ("pagealloc: memory corruption", an incident)
+    res = stress.run("strict", cpus=2, seconds=20, mem_mb=512,
+                     extra=["page_poison=1", "kunit.enable=1"])
+    assert res["status"] == judge.Status.SUCCESS.value, res["reasons"]
+    # KUnit's xpfo suite under poisoning: xpfo_test_never_user poisons a
+    # frame userspace freed as the free path does, and expects the pattern
+    # back rather than zeros, and no claim that it holds zeros
+    cases = {c["name"]: c["status"] for c in res["kunit_cases"] if c["suite"] == "xpfo"}
+    assert cases.get("xpfo_test_never_user") == "pass", cases
+    assert "fail" not in cases.values(), cases
+    c = res["counters"]
+    # frames userspace freed were kept, and the kernel took kept frames back
+    assert c["xpfo_batch_kept"] > 0 and c["xpfo_remap"] > 0, c
+    # nothing is cleared ahead of a fault: the check would see the zeros
+    assert c.get("xpfo_zeroed", 0) == 0, c
+    assert res["hotplug"]["mapped_back"] > 0, res["hotplug"]
+
+
 @pytest.mark.boots("bench", modes=("off", "sync"), cpus=2)
 def test_tiny_benchmark_end_to_end(kernel, tmp_path):
     # single-threaded TCG, as for the other tests (docs/TESTING.md)
