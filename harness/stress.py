@@ -3,11 +3,19 @@
 after each; judged by judge.stress_run."""
 
 import json
+import re
 import time
 from typing import Sequence
 
 from . import guest, judge, machines, modes, printer
 from .paths import LAYOUT, Layout, write_json
+
+
+def _suffix(extra: Sequence[str]) -> str:
+    """The extra parameters' names, for a guest label and a file name:
+    "-page_poison" for page_poison=1; other characters than letters,
+    digits, '_', '.' and '-' become '_'."""
+    return "".join("-" + re.sub(r"[^\w.-]", "_", p.split("=")[0]) for p in extra)
 
 
 def run(mode: str, cpus: int, seconds: int, mem_mb: int,
@@ -26,7 +34,7 @@ def run(mode: str, cpus: int, seconds: int, mem_mb: int,
                              timeout=seconds * 3 + 420, disk=True, machine=machine,
                              label=f"stress-{mode}"
                              + ("" if machine == machines.DEFAULT else f"-{machine}")
-                             + "".join("-" + p.split("=")[0] for p in extra))
+                             + _suffix(extra))
     r = guest.run(req)
     con = r.console
     step = con.steps.get(f"stress:{seconds}")
@@ -58,7 +66,8 @@ def run_and_record(mode: str, cpus: int, seconds: int, mem_mb: int,
                    machine: str = machines.DEFAULT, layout: Layout = LAYOUT,
                    extra: Sequence[str] = ()) -> dict:
     """`./xpfo stress`: one boot, its workers and verdict on the terminal,
-    the result in out/stress-MODE.json."""
+    the result in out/stress-MODE.json (with the names of the extra
+    parameters after MODE)."""
     res = run(mode, cpus, seconds, mem_mb, machine, extra)
     for w in res["workers"]:
         if "worker" in w:
@@ -69,8 +78,7 @@ def run_and_record(mode: str, cpus: int, seconds: int, mem_mb: int,
     printer.raw(f"counters: {json.dumps(res['counters'], sort_keys=True)}")
     res["command"] = command_line(mode, cpus, seconds, mem_mb, machine, extra)
     res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    suffix = "".join("-" + p.split("=")[0] for p in extra)
-    write_json(layout.out / f"stress-{mode}{suffix}.json", res)
+    write_json(layout.out / f"stress-{mode}{_suffix(extra)}.json", res)
     printer.info("stress", f"{'passed' if res['passed'] else 'FAILED'}: {res['outcome']}, "
                  f"log {res['log']}")
     return res

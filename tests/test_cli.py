@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness import build, cli
+from harness import build, cli, stress
 
 
 @pytest.mark.parametrize("argv", [["bogus"], ["boot", "--cpus", "0"], ["boot", "--mode", "nope"],
@@ -38,3 +38,12 @@ def test_disk_commands_refuse_a_machine_without_a_disk(argv, capsys, monkeypatch
     err = capsys.readouterr().err
     assert err.count("error:") == 1
     assert "no disk" in err or "has none" in err or "unknown machine" in err
+
+
+def test_stress_params_reach_the_command_line_and_a_safe_file_name():
+    args = cli.parser().parse_args(["stress", "--mode", "strict", "--param", "page_poison=1",
+                                    "--param", "a/b=2"])
+    assert args.param == ["page_poison=1", "a/b=2"]
+    assert stress.command_line("strict", 2, 20, 512, extra=args.param).endswith(
+        " --param page_poison=1 --param a/b=2")
+    assert stress._suffix(args.param) == "-page_poison-a_b"
