@@ -26,6 +26,9 @@ COUNTERS = [("xpfo_unmap", "unmaps"), ("xpfo_flush", "flushes"),
             # instead of an IPI, and taken when they were busy again
             ("xpfo_quiet_request", "quiet requests"),
             ("xpfo_quiet_flush", "quiet flushes"),
+            # strict: free frames a refill that flushed anyway unmapped
+            # ahead, in blocks, for the refills to come
+            ("xpfo_refill_ahead", "unmapped ahead"),
             ("xpfo_batch_preflushed", "served pre-flushed"),
             ("xpfo_batch_kept", "freed unmapped"), ("xpfo_kmap", "kmaps"),
             # INVLPGs and full flushes this CPU did for itself (DEBUG_TLBFLUSH)
@@ -525,12 +528,20 @@ def plots(data, outdir: Path) -> List[Path]:
     return written
 
 
-def _ipis_per_1k(idx, workload: str, cpus: int, mode: str) -> Optional[float]:
+def _ipis_per_1k(idx, workload: str, cpus: int, mode: str,
+                 keys: Tuple[str, ...] = ("xpfo_flush_ipi_sent",)) -> Optional[float]:
+    """The median over rounds of the counters in keys, summed, per 1000
+    user pages."""
     cell = idx.get((workload, cpus, mode), {})
     sm = stats.summarize([v for v in (stats.per_thousand(
-        s["counters"].get("xpfo_flush_ipi_sent", 0), user_pages(s))
+        sum(s["counters"].get(k, 0) for k in keys), user_pages(s))
         for s in cell.values()) if v is not None])
     return sm.median if sm else None
+
+
+# every flush another CPU takes for XPFO: by IPI, or asked of it while it
+# ran user code or idled (it flushes as it is busy again)
+REMOTE_FLUSHES = ("xpfo_flush_ipi_sent", "xpfo_quiet_request")
 
 
 def _value(idx, workload: str, cpus: int, mode: str) -> Optional[float]:
@@ -580,6 +591,11 @@ def _zeroed_targets(data, idx, cpus_list, ratio, row) -> None:
             if two is not None and top is not None:
                 row(f"{w}, strict: flush IPIs per 1000 user pages at {hi} vCPUs <= at 2",
                     top <= two, f"{two:.2f} at 2, {top:.2f} at {hi}")
+            two, top = (_ipis_per_1k(idx, w, c, "strict", REMOTE_FLUSHES) for c in (2, hi))
+            if two is not None and top is not None:
+                row(f"{w}, strict: remote flushes (IPIs and quiet requests) per 1000 user "
+                    f"pages at {hi} vCPUs <= at 2", top <= two,
+                    f"{two:.2f} at 2, {top:.2f} at {hi}")
         for w in ("page_fault", "fork", "exec"):
             r = ratio(w, hi, "strict")
             if r is not None:
