@@ -60,6 +60,11 @@ POLICY = {
     "page_fault_thp": "THP: 2 MiB-aligned, MADV_HUGEPAGE; checked: THP faults >= pages/512",
     "page_fault_warm": "as page_fault, after one untimed pass of the same processes: frames "
                        "userspace had before; checked: page faults >= pages",
+    "page_fault_idle": "as page_fault_warm, with one second of sleep between the untimed pass "
+                       "and the timed one; checked: page faults >= pages",
+    "page_fault_idle_gap": "the second of sleep before page_fault_idle's timed part, with the "
+                           "kernel's counters over it (what it did in idle time), per 1000 "
+                           "pages of the untimed pass before it; unchecked",
     "page_fault_shared": "4K: tmpfs file (huge=never), MAP_SHARED, MADV_NOHUGEPAGE; "
                          "checked: page faults >= pages",
     "fork": "4K: MADV_NOHUGEPAGE; checked at set-up: page faults >= pages",
@@ -91,6 +96,8 @@ def _workloads(mb: int, fork_mb: int) -> List[Workload]:
         Workload(f"sh:xbench:page_fault:{mb}:{{cpus}}", ("page_fault",)),
         Workload(f"sh:xbench:page_fault_thp:{mb}:{{cpus}}", ("page_fault_thp",)),
         Workload(f"sh:xbench:page_fault_warm:{mb}:{{cpus}}", ("page_fault_warm",)),
+        Workload(f"sh:xbench:page_fault_idle:{mb}:{{cpus}}",
+                 ("page_fault_idle_gap", "page_fault_idle")),
         Workload(f"sh:xbench:page_fault_shared:{mb}:{{cpus}}", ("page_fault_shared",)),
         Workload(f"sh:xbench:fork:{fork_mb}", ("fork",)),
         Workload(f"sh:xbench:fork_thp:{fork_mb}", ("fork_thp",)),

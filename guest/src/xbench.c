@@ -245,6 +245,30 @@ static void page_fault_warm(size_t mb, int procs)
 	page_fault("page_fault_warm", mb, procs, 0);
 }
 
+/*
+ * page_fault_warm with one second of sleep between the untimed pass and
+ * the timed one: the time a system that is not always busy has between
+ * its bursts of faults. page_fault_idle_gap reports the sleep, with the
+ * kernel's counters over it (what the kernel did in that idle time) and
+ * the pages of the untimed pass, whose frames were freed before it.
+ */
+static void page_fault_idle(size_t mb, int procs)
+{
+	struct vm before, after, d;
+	double t;
+
+	timed_procs(procs, page_fault_child, mb << 20, 1, 0, &d);
+	vm_snap(&before);
+	t = now();
+	sleep(1);
+	t = now() - t;
+	vm_snap(&after);
+	vm_delta(&d, &after, &before);
+	report("page_fault_idle_gap", t, "s", "lower", t,
+	       (unsigned long)procs * ((mb << 20) / PAGE), "none", NULL, &d);
+	page_fault("page_fault_idle", mb, procs, 0);
+}
+
 static void page_fault_shared_child(int i, size_t len, int rounds, int thp)
 {
 	char path[64];
@@ -974,6 +998,8 @@ int main(int argc, char **argv)
 		page_fault(w, mb, procs, 1);
 	else if (!strcmp(w, "page_fault_warm"))
 		page_fault_warm(mb, procs);
+	else if (!strcmp(w, "page_fault_idle"))
+		page_fault_idle(mb, procs);
 	else if (!strcmp(w, "page_fault_shared"))
 		page_fault_shared(mb, procs);
 	else if (!strcmp(w, "fork"))
@@ -1007,7 +1033,8 @@ int main(int argc, char **argv)
 	else if (!strcmp(w, "hugetlb_cow"))
 		hugetlb_cow(mb);
 	else {
-		fprintf(stderr, "usage: xbench build JOBS | page_fault|page_fault_thp|page_fault_warm|page_fault_shared|fork|fork_thp|"
+		fprintf(stderr, "usage: xbench build JOBS | page_fault|page_fault_thp|page_fault_warm|page_fault_idle|\n"
+			"page_fault_shared|fork|fork_thp|"
 			"fork_pte_thp|munmap_pte|munmap_pte_thp|mmap|file|disk_read|exec|lseek|pread1|pwrite1|\n"
 			"hugetlb_cow|file_huge [MB] [PROCS] | meta [THOUSANDS]\n");
 		return 2;
