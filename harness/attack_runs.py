@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from . import attacks, guest, judge, machines, modes, printer
+from . import attacks, guest, judge, machines, modes, printer, qemu
 from .console import Console
 from .paths import LAYOUT, Layout, write_json
 
@@ -68,6 +68,8 @@ def run(mode: str, cpus: int, timeout: float, kunit: bool = True,
     return {
         "mode": mode, "cpus": cpus, "machine": kind.name, "outcome": r.outcome.value,
         "log": str(r.log), "info": info,
+        # the console's end, where the log may not outlive the run (CI)
+        "tail": "" if r.outcome is qemu.Outcome.POWERED_OFF else r.last_lines(80),
         "verdicts": [v.__dict__ for v in j.tests],
         "not_applicable": attacks.not_applicable(cpus, kind.has_disk),
         "stray_incidents": list(stray),

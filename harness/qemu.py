@@ -69,11 +69,12 @@ class Machine:
                 "-no-reboot", "-nodefaults", "-display", "none"]
         if self.icount:
             args += ["-icount", "shift=0,sleep=off"]
-        if interactive:
-            args += ["-serial", "mon:stdio"]
-        else:
-            args += ["-serial", "stdio", "-monitor", "none",
-                     "-serial", f"file:{results or RESULTS_FILE}"]
+        # the console multiplexed with QEMU's monitor on stdio: a guest
+        # that hangs is asked for its CPUs' backtraces before it is killed
+        # (dump_hung())
+        args += ["-serial", "mon:stdio"]
+        if not interactive:
+            args += ["-serial", f"file:{results or RESULTS_FILE}"]
         # snapshot=on: the guest's writes go to a temporary overlay, so every
         # boot sees the image as built, and a guest killed mid-write (a
         # timeout, a crash) cannot leave a broken file system for later runs.
@@ -204,6 +205,41 @@ class _Tail(StreamReader):
                     self.finish.wait(0.05)
 
 
+# What a guest still running at its deadline is asked, through the console
+# multiplexed with the monitor (QEMU's escape Ctrl-A): Ctrl-A b sends a
+# serial break, and the key after it is a magic SysRq (l: a backtrace of
+# every CPU that is not idle, by NMI; w: the tasks blocked in D state);
+# Ctrl-A c switches to the monitor, whose registers of every vCPU name
+# where each one is even with the guest's interrupts off.
+HUNG_SYSRQ = (b"l", b"w")
+HUNG_MONITOR = (b"info registers -a\n",)
+# seconds the guest gets to print each answer
+HUNG_WAIT = 3.0
+
+
+def dump_hung(proc: "subprocess.Popen[bytes]") -> None:
+    """Ask a guest that missed its deadline where its CPUs are; the answers
+    come on the console, into the log. Best effort: a QEMU that stopped
+    reading is killed all the same."""
+    if proc.stdin is None:
+        return
+    try:
+        for key in HUNG_SYSRQ:
+            proc.stdin.write(b"\x01b")
+            proc.stdin.flush()
+            time.sleep(0.5)
+            proc.stdin.write(key)
+            proc.stdin.flush()
+            time.sleep(HUNG_WAIT)
+        proc.stdin.write(b"\x01c")
+        for cmd in HUNG_MONITOR:
+            proc.stdin.write(cmd)
+        proc.stdin.flush()
+        time.sleep(HUNG_WAIT)
+    except (OSError, ValueError):
+        pass
+
+
 def run(machine: Machine, timeout: float, log: Path, echo: bool = False,
         watch: Optional[Callable[[console.Console], None]] = None) -> Run:
     """Boot, stream the console to `log`, kill the guest at the deadline.
@@ -221,7 +257,7 @@ def run(machine: Machine, timeout: float, log: Path, echo: bool = False,
     lock = threading.Lock()
     clock = RunnerClock()
     try:
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as e:
         results.unlink(missing_ok=True)
@@ -230,6 +266,7 @@ def run(machine: Machine, timeout: float, log: Path, echo: bool = False,
 
     def _kill() -> None:
         timed_out.set()
+        dump_hung(proc)
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:

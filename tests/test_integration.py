@@ -53,7 +53,8 @@ def attack_runs(kernel):
 @pytest.mark.boots("attacks", modes=boots.TEST_MODES, cpus=2)
 def test_guest_reports_from_inside(attack_runs):
     for mode, run in attack_runs.items():
-        assert run["outcome"] == qemu.Outcome.POWERED_OFF.value, run["log"]
+        assert run["outcome"] == qemu.Outcome.POWERED_OFF.value, \
+            f"{mode}: {run['log']}\n{run['tail']}"
         assert run["info"]["cpus"] == 2
         assert run["info"]["xpfo_mode"] == modes.xpfo(mode)
         assert run["info"]["pgtprot_mode"] == modes.pgt(mode)

@@ -26,12 +26,25 @@ def machine(tmp_path: Path) -> qemu.Machine:
 def test_hung_guest_is_killed_at_the_deadline(tmp_path, machine, monkeypatch):
     monkeypatch.setattr(qemu, "QEMU", _fake_qemu(
         tmp_path, 'echo "Linux version 6.12"; echo "XH-STEP-BEGIN stress"; exec sleep 60\n'))
+    monkeypatch.setattr(qemu, "HUNG_WAIT", 0.1)
     log = tmp_path / "out.log"
     run = qemu.run(machine, timeout=2, log=log)
     assert run.outcome is qemu.Outcome.TIMEOUT
     assert run.elapsed < 20
     assert "XH-STEP-BEGIN stress" in run.last_lines()
     assert "XH-STEP-BEGIN stress" in log.read_text()
+
+
+def test_hung_guest_is_asked_where_its_cpus_are(tmp_path, machine, monkeypatch):
+    # the stand-in echoes what the harness types on the multiplexed
+    # console: a break and a SysRq key each, then the monitor's command
+    monkeypatch.setattr(qemu, "QEMU", _fake_qemu(
+        tmp_path, 'echo "Linux version 6.12"; exec cat\n'))
+    monkeypatch.setattr(qemu, "HUNG_WAIT", 0.1)
+    log = tmp_path / "out.log"
+    run = qemu.run(machine, timeout=1, log=log)
+    assert run.outcome is qemu.Outcome.TIMEOUT
+    assert "\x01bl\x01bw\x01cinfo registers -a\n" in log.read_text()
 
 
 def test_guest_that_panics_is_a_crash(tmp_path, machine, monkeypatch):
@@ -66,7 +79,7 @@ def test_machine_is_data(machine):
     assert "xpfo=sync hugepages=4" in cmdline and "panic=-1" in cmdline
     # ttyS0 is the console, ttyS1 the runner's results (a file)
     serials = [args[i + 1] for i, a in enumerate(args) if a == "-serial"]
-    assert serials == ["stdio", "file:results.ttyS1"]
+    assert serials == ["mon:stdio", "file:results.ttyS1"]
     assert "file:/x/r" in m.qemu_args(results=Path("/x/r"))
 
 
