@@ -47,7 +47,7 @@ def source_tree():
 
 @pytest.fixture(scope="session")
 def attack_runs(kernel):
-    return {mode: boots.run(mode, cpus=2, timeout=900) for mode in boots.TEST_MODES}
+    return {mode: boots.check_run(mode) for mode in boots.TEST_MODES}
 
 
 @pytest.mark.boots("attacks", modes=boots.TEST_MODES, cpus=2)

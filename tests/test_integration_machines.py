@@ -86,7 +86,7 @@ def test_bochs_tgl_boots_to_the_runner_with_pcid_invpcid_and_cet(flags_tree):
 @pytest.mark.boots("attacks", machine="qemu-pti", cpus=2)
 @pytest.mark.parametrize("mode", list(attack_runs.TEST_MODES))
 def test_attacks_both_sides_with_pti(kernel, mode):
-    run = attack_runs.run(mode, cpus=2, timeout=900, machine="qemu-pti")
+    run = attack_runs.check_run(mode, "qemu-pti")
     assert run["machine"] == "qemu-pti" and run["outcome"] == qemu.Outcome.POWERED_OFF.value
     attack = [r for r in run["reasons"] if not r.startswith("KUnit")]
     assert not attack, f"{attack} (log {run['log']})"
@@ -103,7 +103,7 @@ def test_attacks_both_sides_with_pti(kernel, mode):
 
 
 def _attack_run(mode: str, machine: str) -> dict:
-    run = attack_runs.run(mode, cpus=2, timeout=900, machine=machine)
+    run = attack_runs.check_run(mode, machine)
     assert run["machine"] == machine
     assert run["status"] == judge.Status.SUCCESS.value, (run["reasons"], run["log"])
     return {v["test"]: v["detail"] for v in run["verdicts"]}
@@ -137,7 +137,7 @@ def test_attacks_both_sides_on_bochs_2cpu(kernel, mode, machine):
     non-global one (pti=on, or xpfo_dmap=nonglobal without PTI: refills
     take INVPCID type 3, slots one INVLPG). With XPFO off the attacks work
     under either policy."""
-    run = attack_runs.run(mode, cpus=2, timeout=900, machine=machine)
+    run = attack_runs.check_run(mode, machine)
     assert run["status"] == judge.Status.SUCCESS.value, (run["reasons"], run["log"])
     by_test = {v["test"]: v["detail"] for v in run["verdicts"]}
     off = modes.xpfo(mode) == "off"

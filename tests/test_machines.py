@@ -259,6 +259,33 @@ def test_attack_run_records_a_refused_pgtprot(monkeypatch):
     assert attack_runs.run("strict", 2, 60, kunit=False)["pgt_refused"] is None
 
 
+def test_a_hung_attack_boot_is_booted_again_and_said_so(monkeypatch):
+    log = (DATA / "xpfo_off.log").read_text().splitlines()
+    hung = _run(log[:40] + ["[   50.000000] sysrq: Show backtrace of all active CPUs"], "qemu")
+    hung.outcome = qemu.Outcome.TIMEOUT
+    labels = []
+
+    def boot(req, **kw):
+        labels.append(req.label)
+        return hung if len(labels) == 1 else _run(log, "qemu")
+
+    monkeypatch.setattr(guest, "run", boot)
+    res = attack_runs.run("off", 2, 60, kunit=False, retry_hung=True)
+    assert labels == ["attacks-off", "attacks-off-again"]
+    assert res["outcome"] == qemu.Outcome.POWERED_OFF.value
+    note = attack_runs.hung_note(res)
+    assert note and "first boot hung" in note and "sysrq: Show backtrace" in note
+    # without retry_hung a hang is the result; a crash is never retried
+    labels.clear()
+    assert attack_runs.run("off", 2, 60, kunit=False)["outcome"] == "timeout"
+    assert labels == ["attacks-off"]
+    hung.outcome = qemu.Outcome.CRASHED
+    labels.clear()
+    res = attack_runs.run("off", 2, 60, kunit=False, retry_hung=True)
+    assert res["outcome"] == "crashed" and labels == ["attacks-off"]
+    assert attack_runs.hung_note(res) is None
+
+
 # --- the Bochs runner against stand-ins for bochs-bin and xorriso
 
 
