@@ -87,10 +87,14 @@ POLICY = {
     "pread1": "one 4K tmpfs page-cache page, 1 byte per call: one kmap per call in XPFO modes",
     "pwrite1": "one 4K tmpfs page-cache page, 1-byte pwrite() per call: one kmap per call in "
                "XPFO modes",
+    "ipi": "one 4K page write-protected and back per call, another thread of the process "
+           "spinning in user mode on CPU 1; checked: CPU 1 took a flush IPI (none asked "
+           "with one CPU)",
+    "ipi_none": "as ipi, with no other thread: no CPU to interrupt",
 }
 
 
-def _workloads(mb: int, fork_mb: int) -> List[Workload]:
+def _workloads(mb: int, fork_mb: int, ipi_k: int) -> List[Workload]:
     return [
         Workload("build:{cpus}", BUILD_REPORTS),
         Workload(f"sh:xbench:page_fault:{mb}:{{cpus}}", ("page_fault",)),
@@ -111,11 +115,12 @@ def _workloads(mb: int, fork_mb: int) -> List[Workload]:
         Workload("sh:xbench:lseek", ("lseek",)),
         Workload("sh:xbench:pread1", ("pread1",)),
         Workload("sh:xbench:pwrite1", ("pwrite1",)),
+        Workload(f"sh:xbench:ipi:{ipi_k}", ("ipi_none", "ipi")),
     ]
 
 
-QUICK = _workloads(8, 32)
-FULL = _workloads(64, 256)
+QUICK = _workloads(8, 32, 1)
+FULL = _workloads(64, 256, 10)
 
 
 def select(workloads: Sequence[Workload], names: Optional[Sequence[str]]) -> List[Workload]:
@@ -158,7 +163,8 @@ def check(r: dict) -> Optional[str]:
     """Why a workload's result does not measure what its policy says, or None.
 
     4K: a page fault per page populated, and no THP faults. THP: a THP fault
-    per 2 MiB. A read from disk: at least the file's size paged in."""
+    per 2 MiB. A read from disk: at least the file's size paged in. ipi: a
+    flush IPI taken where another CPU runs the process."""
     chk = r.get("check")
     if not isinstance(chk, dict):
         return None
@@ -178,6 +184,12 @@ def check(r: dict) -> Optional[str]:
     if "pgpgin_kb" in chk and int(chk["pgpgin_kb"]) * 1024 < pages * 4096:
         return (f"not read from disk: {chk['pgpgin_kb']} KiB paged in for "
                 f"{pages * 4} KiB read (page cache not dropped?)")
+    want = int(chk.get("remote_flushes_min", 0))
+    counters = r.get("counters") if isinstance(r.get("counters"), dict) else {}
+    got = int(counters.get("nr_tlb_remote_flush_received", 0))
+    if want and got < want:
+        return (f"{got} TLB flush IPIs taken in {chk.get('calls')} calls (want {want}): "
+                f"the other CPU was not interrupted")
     return None
 
 

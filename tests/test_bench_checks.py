@@ -45,6 +45,22 @@ def test_disk_read_must_have_paged_in_the_file():
     assert bench.check({"workload": "lseek", "value": 1}) is None
 
 
+def test_ipi_needs_the_other_cpu_interrupted():
+    def ipi(remote_min, received):
+        # nr_tlb_remote_flush counts the flushes asked, received those taken
+        return {"workload": "ipi", "value": 1.0, "unit": "calls/s", "better": "higher",
+                "seconds": 1.0, "user_pages": 0, "huge": "none",
+                "check": {"calls": 1000, "remote_flushes_min": remote_min},
+                "counters": {"nr_tlb_remote_flush": 2000,
+                             "nr_tlb_remote_flush_received": received}}
+
+    assert bench.check(ipi(1, 1269)) is None
+    why = bench.check(ipi(1, 0))
+    assert why and "0 TLB flush IPIs taken in 1000 calls" in why
+    # one CPU: nothing to interrupt, nothing asked
+    assert bench.check(ipi(0, 0)) is None
+
+
 WL_REQ = bench.BenchRequest(modes=["off"], cpus=[1], rounds=1, workloads=[
     bench.Workload("sh:xbench:page_fault:8:{cpus}", ("page_fault",)),
     bench.Workload("sh:xbench:fork:32", ("fork",))])

@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -975,6 +976,91 @@ static void build_bench(int jobs)
 	report("build_elapsed", t, "s", "lower", t, 0, "none", NULL, NULL);
 }
 
+/*
+ * What one TLB-flush IPI costs the CPU that sends it. The main thread, on
+ * CPU 0, writes a page and takes its write permission away and gives it
+ * back, n times: each mprotect() that changes the PTE flushes the TLBs of
+ * the process's CPUs. "ipi" runs the loop while another thread of the
+ * process spins in user mode on CPU 1, so that every flush interrupts
+ * CPU 1 and waits for it; "ipi_none" runs it with no other thread (a CPU
+ * that is idle is not interrupted). The difference of their times,
+ * over the flushes CPU 1 took (nr_tlb_remote_flush_received), is what one
+ * IPI costs the sender. The check asks that CPU 1 took at least one. With
+ * one CPU there is no other CPU: "ipi" runs as "ipi_none" and asks none.
+ */
+static volatile int ipi_stop;
+
+static void *ipi_spinner(void *arg)
+{
+	cpu_set_t set;
+
+	(void)arg;
+	CPU_ZERO(&set);
+	CPU_SET(1, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		die("sched_setaffinity");
+	while (!ipi_stop)
+		;
+	return NULL;
+}
+
+static void ipi_loop(const char *w, long n, int remote)
+{
+	char *p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct vm a, b, d;
+	pthread_t spinner;
+	double t;
+
+	if (p == MAP_FAILED)
+		die("mmap");
+	if (remote) {
+		ipi_stop = 0;
+		if (pthread_create(&spinner, NULL, ipi_spinner, NULL))
+			die("pthread_create");
+		/* the spinner on its CPU before the timed part */
+		usleep(100000);
+	}
+	vm_snap(&a);
+	t = now();
+	for (long i = 0; i < n; i++) {
+		p[0] = (char)i;
+		if (mprotect(p, PAGE, PROT_READ) ||
+		    mprotect(p, PAGE, PROT_READ | PROT_WRITE))
+			die("mprotect");
+	}
+	t = now() - t;
+	vm_snap(&b);
+	if (remote) {
+		ipi_stop = 1;
+		pthread_join(spinner, NULL);
+	}
+	munmap(p, PAGE);
+	vm_delta(&d, &b, &a);
+	printf("RESULT {\"workload\": \"%s\", \"value\": %.3f, \"unit\": \"calls/s\", "
+	       "\"better\": \"higher\", \"seconds\": %.6f, \"user_pages\": 0, "
+	       "\"huge\": \"none\", \"check\": {\"calls\": %ld, "
+	       "\"remote_flushes_min\": %ld}, \"counters\": {",
+	       w, n / t, t, n, remote ? 1L : 0L);
+	for (int i = 0; i < d.n; i++)
+		printf("%s\"%s\": %lld", i ? ", " : "", d.name[i], d.val[i]);
+	printf("}}\n");
+}
+
+static void ipi_bench(long thousands)
+{
+	long n = thousands * 1000;
+	int remote = sysconf(_SC_NPROCESSORS_ONLN) > 1;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(0, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		die("sched_setaffinity");
+	ipi_loop("ipi_none", n, 0);
+	ipi_loop("ipi", n, remote);
+}
+
 int main(int argc, char **argv)
 {
 	const char *w = argc > 1 ? argv[1] : "";
@@ -1030,13 +1116,15 @@ int main(int argc, char **argv)
 		pwrite1_bench();
 	else if (!strcmp(w, "meta"))
 		meta_bench(mb);
+	else if (!strcmp(w, "ipi"))
+		ipi_bench(mb);
 	else if (!strcmp(w, "hugetlb_cow"))
 		hugetlb_cow(mb);
 	else {
 		fprintf(stderr, "usage: xbench build JOBS | page_fault|page_fault_thp|page_fault_warm|page_fault_idle|\n"
 			"page_fault_shared|fork|fork_thp|"
 			"fork_pte_thp|munmap_pte|munmap_pte_thp|mmap|file|disk_read|exec|lseek|pread1|pwrite1|\n"
-			"hugetlb_cow|file_huge [MB] [PROCS] | meta [THOUSANDS]\n");
+			"hugetlb_cow|file_huge [MB] [PROCS] | meta|ipi [THOUSANDS]\n");
 		return 2;
 	}
 	return 0;
