@@ -179,6 +179,24 @@ def test_unknown_mode_warns_and_stays_off(kernel):
                for x in r.console.lines)
 
 
+@pytest.mark.boots("hung", cpus=2)
+def test_hung_guest_is_asked_where_its_cpus_are(kernel, tmp_path):
+    # no steps: the guest's shell waits for input that never comes, as a
+    # hung guest would; at its deadline the harness asks for the CPUs'
+    # backtraces (SysRq l), the blocked tasks (SysRq w) and the monitor's
+    # registers of every vCPU, into the log
+    m = guest.machine(guest.GuestRequest(steps=[], cpus=2, mem_mb=512, label="hung"))
+    log = tmp_path / "hung.log"
+    r = qemu.run(m, 30, log)
+    assert r.outcome is qemu.Outcome.TIMEOUT
+    text = log.read_text(errors="replace")
+    assert "starting a shell" in text
+    assert "sysrq: Show backtrace of all active CPUs" in text
+    assert "NMI backtrace for cpu 1" in text
+    assert "sysrq: Show Blocked State" in text
+    assert "CPU#1" in text and "RIP=" in text
+
+
 @pytest.mark.boots("old-mode-name")
 def test_the_former_name_of_batched_is_taken(kernel):
     """xpfo=batch, the name of batched before series v6, boots batched."""
