@@ -185,7 +185,9 @@ def check(r: dict) -> Optional[str]:
         return (f"not read from disk: {chk['pgpgin_kb']} KiB paged in for "
                 f"{pages * 4} KiB read (page cache not dropped?)")
     want = int(chk.get("remote_flushes_min", 0))
-    counters = r.get("counters") if isinstance(r.get("counters"), dict) else {}
+    counters = r.get("counters")
+    if not isinstance(counters, dict):
+        counters = {}
     got = int(counters.get("nr_tlb_remote_flush_received", 0))
     if want and got < want:
         return (f"{got} TLB flush IPIs taken in {chk.get('calls')} calls (want {want}): "
