@@ -49,6 +49,17 @@ class Newc:
         self.add(Entry("TRAILER!!!", 0))
 
 
+def _pid() -> int:
+    return os.getpid()
+
+
+def private_tmp(path: Path) -> Path:
+    """A temporary name beside @path that is this process's alone, so that
+    two runs of the harness building the same file at once (two benches
+    started together) do not move each other's half-written file."""
+    return path.with_name(f".{path.name}.{_pid()}.tmp")
+
+
 def compile_programs(layout: Layout = LAYOUT) -> List[Path]:
     """Build every guest/src/*.c into a static binary (only when changed)."""
     out = layout.guest_build / "bin"
@@ -59,7 +70,7 @@ def compile_programs(layout: Layout = LAYOUT) -> List[Path]:
         headers = list((layout.guest_src / "src").glob("*.h"))
         newest = max([src.stat().st_mtime] + [h.stat().st_mtime for h in headers])
         if not binary.exists() or binary.stat().st_mtime < newest:
-            tmp = binary.with_suffix(".tmp")
+            tmp = private_tmp(binary)
             cmd = ["gcc", *CFLAGS, "-o", str(tmp), str(src)]
             printer.command(cmd)
             r = subprocess.run(cmd, capture_output=True, text=True)
@@ -88,13 +99,16 @@ def build(layout: Layout = LAYOUT) -> Path:
     for p in programs:
         entries.append(Entry(f"xh/bin/{p.name}", stat.S_IFREG | 0o755, p.read_bytes()))
     target = layout.initramfs
-    tmp = target.with_suffix(".tmp")
-    with open(tmp, "wb") as out:
-        w = Newc(out)
-        for e in entries:
-            w.add(e)
-        w.close()
-    os.replace(tmp, target)
+    tmp = private_tmp(target)
+    try:
+        with open(tmp, "wb") as out:
+            w = Newc(out)
+            for e in entries:
+                w.add(e)
+            w.close()
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return target
 
 
