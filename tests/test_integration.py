@@ -105,7 +105,7 @@ CHECKPATCH_ALLOWED = {
     # the tracepoint's TRACE_EVENT() layout; count_xpfo_event() drops its
     # item, which exists with CONFIG_XPFO_DEBUG only (as count_vm_tlb_event())
     "1-xpfo/0019": {"OPEN_ENDED_LINE", "PARENTHESIS_ALIGNMENT", "MACRO_ARG_UNUSED"},
-    "1-xpfo/0033": {"DEPRECATED_API", "USLEEP_RANGE"},
+    "1-xpfo/0034": {"DEPRECATED_API", "USLEEP_RANGE"},
     "2-pgtprot/0001": {"SPACING"},
     # count_pgtprot_event() drops its item, as count_xpfo_event() does
     "2-pgtprot/0002": {"ARCH_INCLUDE_LINUX", "MACRO_ARG_UNUSED"},
