@@ -131,6 +131,7 @@ KUNIT_MODE_ONLY = {"xpfo_test_batch_reuse": ("batched",),
                    "xpfo_test_quiet_cpu_flushes": ("strict",),
                    "xpfo_test_refill_ahead": ("strict",),
                    "xpfo_test_random_ahead": ("strict",),
+                   "xpfo_test_remote_ahead": ("strict",),
                    "xpfo_test_refill_owned": ("strict",),
                    "xpfo_test_remote_migrate": ("sync", "strict"),
                    "xpfo_test_remote_bulk": ("sync", "strict"),
@@ -204,7 +205,7 @@ KUNIT_MAY_NOT_ARISE = {"xpfo_test_remote_order4": ("strict",)}
 # xpfo cases that need a second CPU (another CPU's TLB to flush): on one
 # CPU they skip themselves, which fails nothing
 KUNIT_MIN_CPUS = {"xpfo_test_quiet_cpu_flushes": 2, "xpfo_test_refill_ahead": 2,
-                  "xpfo_test_random_ahead": 2,
+                  "xpfo_test_random_ahead": 2, "xpfo_test_remote_ahead": 2,
                   "xpfo_test_remote_migrate": 2, "xpfo_test_remote_bulk": 2,
                   "xpfo_test_remote_order4": 2}
 
